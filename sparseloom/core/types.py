@@ -1,0 +1,159 @@
+"""Attrs records shared across sparseloom.
+
+Values are frozen (``@attrs.frozen``); they are safe to hash, cache and pass between threads.
+Later stages extend this module with their own records; keep each record small and typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+PluginKind = Literal["backend", "compressor", "estimator", "policy", "workload"]
+PLUGIN_KINDS: tuple[str, ...] = ("backend", "compressor", "estimator", "policy", "workload")
+
+
+def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{attribute.name} must lie in [0, 1], got {value!r}")
+
+
+@attrs.frozen
+class Registration:
+    """One plugin-provided implementation, as registered through a ``register`` callback.
+
+    Attributes:
+        kind: what it is (``backend``, ``compressor``, ``estimator``, ``policy``, ``workload``).
+        name: the name users select it by (unique per kind).
+        factory: a callable that builds the implementation (usually its class).
+        description: one line for ``sparseloom plugins``.
+        capabilities: free-form tags, e.g. ``("accuracy",)`` for an accuracy estimator.
+        plugin: the pluggy plugin name that registered it.
+        distribution: the installed distribution that provides the plugin.
+        version: that distribution's version.
+    """
+
+    kind: str = attrs.field(validator=attrs.validators.in_(PLUGIN_KINDS))
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    factory: Callable[..., Any] = attrs.field(validator=attrs.validators.is_callable())
+    description: str = ""
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    plugin: str = ""
+    distribution: str = ""
+    version: str = ""
+
+    @name.validator
+    def _check_name(self, attribute: attrs.Attribute, value: str) -> None:
+        if not value or value != value.strip():
+            raise ValueError(f"a {self.kind} name must be a non-empty string, got {value!r}")
+
+
+@attrs.frozen
+class PluginFailure:
+    """A plugin that failed to import or register; reported and skipped, never fatal."""
+
+    plugin: str
+    distribution: str
+    version: str
+    error: str
+
+
+@attrs.frozen
+class SLO:
+    """A task's service-level objective: a minimum metric and a maximum latency.
+
+    Attributes:
+        accuracy: the lowest acceptable task metric, a fraction in [0, 1].
+        latency_ms: the highest acceptable end-to-end latency of one request, in ms.
+    """
+
+    accuracy: float = attrs.field(converter=float, validator=_finite_fraction)
+    latency_ms: float = attrs.field(converter=float, validator=attrs.validators.gt(0.0))
+
+
+@attrs.frozen
+class Processor:
+    """One backend bound to one device with its own execution config, e.g. ``ov:CPU``.
+
+    Attributes:
+        name: unique name, ``<backend>:<device>`` (``ov:CPU``, ``ort:CUDA:0``).
+        backend: the backend plugin name (``ov``, ``ort``).
+        device: the backend's device string (``CPU``, ``GPU.0``, ``NPU``, ``CUDA:0``).
+        threads: intra-op threads for one inference.
+        cores: the CPU cores the processor's threads are pinned to; empty means unpinned.
+        streams: parallel inference streams/requests.
+        full_name: the device's own full name (``Intel(R) Core ...``), when known.
+        available: whether the device answered when discovered.
+        reason: why it is unavailable, when it is not.
+        options: backend-specific options (strings), passed through to the runtime.
+    """
+
+    name: str
+    backend: str
+    device: str
+    threads: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    cores: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    streams: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    full_name: str = ""
+    available: bool = True
+    reason: str = ""
+    options: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
+
+
+@attrs.frozen
+class SubgraphKey:
+    """Identifies one subgraph in the zoo: a task, a position (0-based) and a source variant."""
+
+    task: str
+    position: int = attrs.field(validator=attrs.validators.ge(0))
+    variant: int = attrs.field(validator=attrs.validators.ge(0))
+
+
+@attrs.frozen
+class StitchedVariant:
+    """A stitched variant: one source-variant index per subgraph position. Never a file.
+
+    ``choices[j]`` is the index (in the task's zoo) of the variant whose subgraph runs at
+    position ``j``. An all-equal tuple is one of the original variants.
+    """
+
+    task: str
+    choices: tuple[int, ...] = attrs.field(converter=tuple)
+
+    @choices.validator
+    def _check_choices(self, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
+        if not value:
+            raise ValueError("a stitched variant needs at least one position")
+        if any((not isinstance(v, int)) or v < 0 for v in value):
+            raise ValueError(f"variant indices must be non-negative integers, got {value!r}")
+
+    @property
+    def subgraphs(self) -> tuple[SubgraphKey, ...]:
+        """The subgraph keys this variant runs, in order."""
+        return tuple(SubgraphKey(self.task, j, v) for j, v in enumerate(self.choices))
+
+    def __str__(self) -> str:
+        return f"{self.task}[{','.join(map(str, self.choices))}]"
+
+
+@attrs.frozen
+class Plan:
+    """The output of a placement policy.
+
+    Attributes:
+        policy: the policy name that produced it.
+        order: processor names, one per subgraph position (the global placement order).
+        variants: the chosen stitched variant per task name.
+        estimated_latency_ms: the estimated end-to-end latency per task name.
+        estimated_accuracy: the estimated metric per task name.
+    """
+
+    policy: str
+    order: tuple[str, ...] = attrs.field(converter=tuple)
+    variants: Mapping[str, StitchedVariant] = attrs.field(factory=dict, converter=dict, hash=False)
+    estimated_latency_ms: Mapping[str, float] = attrs.field(
+        factory=dict, converter=dict, hash=False
+    )
+    estimated_accuracy: Mapping[str, float] = attrs.field(factory=dict, converter=dict, hash=False)
