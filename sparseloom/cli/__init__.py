@@ -16,7 +16,13 @@ from sparseloom import __version__
 from sparseloom.core.errors import SparseloomError
 
 #: Modules whose ``COMMANDS`` join the top-level group, in help order.
-COMMAND_MODULES: tuple[str, ...] = ("sparseloom.cli.plugins",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "sparseloom.cli.plugins",
+    "sparseloom.cli.devices",
+    "sparseloom.cli.bench",
+    "sparseloom.cli.workloads",
+    "sparseloom.cli.zoo",
+)
 
 
 class _Group(click.Group):

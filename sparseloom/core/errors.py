@@ -37,3 +37,7 @@ class ZooError(SparseloomError):
 
 class ProfileError(SparseloomError):
     """Profiling or estimation failed, or was given too little data."""
+
+
+class CompressionError(SparseloomError, ValueError):
+    """A compressor was given a level it does not support, or a subgraph it cannot compress."""

@@ -34,7 +34,15 @@ ENTRY_POINT_GROUP = "sparseloom"
 DISABLE_AUTOLOAD_ENV = "SPARSELOOM_DISABLE_PLUGIN_AUTOLOAD"
 
 #: Built-in plugin modules, registered in this order through the same path as third-party ones.
-DEFAULT_PLUGINS: tuple[str, ...] = ()
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "sparseloom.plugins.backends.openvino",
+    "sparseloom.plugins.backends.onnxruntime",
+    "sparseloom.plugins.estimators.latency",
+    "sparseloom.plugins.estimators.xgboost_estimator",
+    "sparseloom.plugins.estimators.lightgbm_estimator",
+    "sparseloom.workloads.plugin",
+    "sparseloom.plugins.compressors",
+)
 
 #: Registration hook name for each plugin kind.
 REGISTRATION_HOOKS: dict[str, str] = {

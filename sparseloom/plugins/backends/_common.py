@@ -151,7 +151,9 @@ def _value_spec(value: onnx.ValueInfoProto) -> TensorSpec:
     return TensorSpec(value.name, dtype, tuple(dims))
 
 
-def model_signature(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+def model_signature(
+    model: onnx.ModelProto,
+) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
     """The model's real inputs (initializers excluded) and outputs."""
     initializers = {init.name for init in model.graph.initializer}
     inputs = tuple(_value_spec(v) for v in model.graph.input if v.name not in initializers)
@@ -302,7 +304,10 @@ def fallback_policy(processor: Processor) -> str:
     return policy
 
 
-def handle_fallback(requested: Processor, actual_device: str, executed_by: tuple[str, ...]) -> Processor:
+def handle_fallback(
+    requested: Processor, actual_device: str, executed_by: tuple[str, ...],
+    operation: str = "load",
+) -> Processor:
     """Apply the fallback policy when ``requested`` really runs on ``actual_device``.
 
     With ``on_fallback=error`` raise :class:`DeviceFallbackError`; with ``warn`` warn loudly and
@@ -316,7 +321,7 @@ def handle_fallback(requested: Processor, actual_device: str, executed_by: tuple
         f"{FALLBACK_OPTION}=warn to accept it under the name {requested.backend}:{actual_device}"
     )
     if fallback_policy(requested) == "error":
-        notify_and_raise(requested, "load", DeviceFallbackError(message))
+        notify_and_raise(requested, operation, DeviceFallbackError(message))
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     log.warning(message)
     return attrs.evolve(

@@ -1,7 +1,8 @@
 """Measuring the memory a loaded model holds.
 
 The figure is the growth of the process's resident set size (RSS, from ``/proc/self/statm``)
-across the load and one warm-up inference, measured with every other load in the process held
+across the load and one warm-up inference, after freed heap pages were returned to the OS
+(``malloc_trim``), measured with every other load in the process held
 off by a lock. It counts weights, compiled kernels and the activation buffers of one request;
 it does not count memory the runtime allocated before (library code, thread pools), nor device
 memory (see ``docs/backends.md``). RSS growth can read low when the allocator reuses freed
@@ -31,12 +32,42 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _release_free_memory() -> None:
+    # Freed-but-kept heap pages would be reused by the load without growing RSS: hand them
+    # back to the OS first (glibc's malloc_trim), so that the growth counts the model.
+    import gc
+
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _settled_rss(tolerance_bytes: int = 256 * 1024, tries: int = 10) -> int:
+    # Right after pages are handed back the kernel's RSS count can still move by tens of MB
+    # (seen here once in ten loads); read until two readings 2 ms apart agree.
+    import time
+
+    previous = rss_bytes()
+    for _ in range(tries):
+        time.sleep(0.002)
+        current = rss_bytes()
+        if abs(current - previous) <= tolerance_bytes:
+            return current
+        previous = current
+    return previous
+
+
 def measure_rss(fn: Callable[[], T]) -> tuple[T, int]:
     """Run ``fn`` alone among measured loads; return its result and the RSS growth in bytes."""
     with _measure_lock:
-        before = rss_bytes()
+        _release_free_memory()
+        before = _settled_rss()
         result = fn()
-        grown = rss_bytes() - before
+        grown = _settled_rss() - before
     return result, max(grown, 0)
 
 

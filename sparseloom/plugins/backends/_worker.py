@@ -14,19 +14,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sparseloom.core.errors import ConfigError
+from sparseloom.core.processors import allowed_cores
 from sparseloom.core.types import Processor
 
 T = TypeVar("T")
 
 _pools: dict[tuple[str, tuple[int, ...], int], ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
-
-
-def allowed_cores() -> tuple[int, ...]:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return tuple(sorted(os.sched_getaffinity(0)))
-    return tuple(range(os.cpu_count() or 1))
 
 
 def _pin(cores: tuple[int, ...]) -> None:

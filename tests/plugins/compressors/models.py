@@ -17,6 +17,7 @@ Everything here is test scaffolding; the compressors never import it.
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,30 +54,36 @@ def _digits(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 def _train(net, inputs: Sequence[np.ndarray], labels: np.ndarray, epochs: int, seed: int) -> None:
     import torch
 
-    torch.manual_seed(seed)
-    tensors = [torch.from_numpy(x) for x in inputs]
-    target = torch.from_numpy(labels)
-    optimiser = torch.optim.Adam(net.parameters(), lr=3e-3)
-    n = len(labels)
-    generator = torch.Generator().manual_seed(seed)
-    net.train()
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n, 64):
-            batch = order[start : start + 64]
-            optimiser.zero_grad()
-            loss = torch.nn.functional.cross_entropy(net(*[t[batch] for t in tensors]),
-                                                     target[batch])
-            loss.backward()
-            optimiser.step()
-    net.eval()
+    # One thread: on a shared two-core machine this is several times faster than two.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        tensors = [torch.from_numpy(x) for x in inputs]
+        target = torch.from_numpy(labels)
+        optimiser = torch.optim.Adam(net.parameters(), lr=3e-3)
+        generator = torch.Generator().manual_seed(seed)
+        net.train()
+        for _ in range(epochs):
+            order = torch.randperm(len(labels), generator=generator)
+            for start in range(0, len(labels), 64):
+                batch = order[start : start + 64]
+                optimiser.zero_grad()
+                logits = net(*[t[batch] for t in tensors])
+                torch.nn.functional.cross_entropy(logits, target[batch]).backward()
+                optimiser.step()
+        net.eval()
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _export(net, example: Sequence[np.ndarray], names: Sequence[str]) -> onnx.ModelProto:
     import torch
 
     buffer = io.BytesIO()
-    with torch.no_grad():
+    # The TorchScript exporter is deprecated but gives plain opset-17 graphs without onnxscript.
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
             net, tuple(torch.from_numpy(x[:2]) for x in example), buffer,
             input_names=list(names), output_names=["logits"], opset_version=17,
@@ -146,44 +153,59 @@ def _torch_net(kind: str):
     return Cnn() if kind == "cnn" else Transformer()
 
 
+def load_or_train(name: str) -> TrainedModel:
+    """``train_cnn()`` or ``train_transformer()``, cached in the sparseloom cache directory.
+
+    The cache key is a hash of this file, so editing the models or the training retrains.
+    Only the ONNX model is cached; the data split is deterministic and rebuilt in milliseconds.
+    """
+    from sparseloom.core.cache import cache_dir, file_hash
+
+    trainer = {"cnn": train_cnn, "transformer": train_transformer}[name]
+    path = cache_dir() / "tests-compressors" / f"{name}-{file_hash(__file__)[:16]}.onnx"
+    if path.exists():
+        return trainer(model=onnx.load(str(path)))
+    trained = trainer()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(trained.model, str(path.with_suffix(".tmp")))
+    path.with_suffix(".tmp").replace(path)
+    return trained
+
+
 def _tensor_after(model: onnx.ModelProto, op_type: str, occurrence: int) -> str:
     """The output of the ``occurrence``-th node of ``op_type`` (0-based)."""
     found = [node.output[0] for node in model.graph.node if node.op_type == op_type]
     return found[occurrence]
 
 
-def train_cnn(seed: int = 0) -> TrainedModel:
-    """Train and export the digits CNN (≈ 3 s on two cores)."""
+def train_cnn(seed: int = 0, model: onnx.ModelProto | None = None) -> TrainedModel:
+    """Train and export the digits CNN (≈ 5 s), or wrap an already trained ``model``."""
     x_train, x_test, y_train, y_test = _digits(seed)
     x_train, x_test = x_train[:, None], x_test[:, None]
-    net = _torch_net("cnn")
-    _train(net, [x_train], y_train, epochs=12, seed=seed)
-    model = _export(net, [x_train], ["image"])
+    if model is None:
+        net = _torch_net("cnn")
+        _train(net, [x_train], y_train, epochs=10, seed=seed)
+        model = _export(net, [x_train], ["image"])
     cut = _tensor_after(model, "MaxPool", 0)
     return TrainedModel("cnn", model, {"image": x_train[:256]}, {"image": x_test}, y_test, (cut,))
 
 
-def train_transformer(seed: int = 0) -> TrainedModel:
-    """Train and export the digits transformer with a mask input (≈ 6 s on two cores)."""
+def train_transformer(seed: int = 0, model: onnx.ModelProto | None = None) -> TrainedModel:
+    """Train and export the digits transformer with a mask input (≈ 7 s), or wrap ``model``."""
     x_train, x_test, y_train, y_test = _digits(seed)
     mask_train = np.ones(x_train.shape[:2], np.float32)
     mask_test = np.ones(x_test.shape[:2], np.float32)
-    net = _torch_net("transformer")
-    _train(net, [x_train, mask_train], y_train, epochs=15, seed=seed)
-    model = _export(net, [x_train, mask_train], ["tokens", "mask"])
-    # The second residual Add of block 0 is the block's output.
-    cut = _tensor_after(model, "Add", _residual_add_index(model, block=0))
+    if model is None:
+        net = _torch_net("transformer")
+        _train(net, [x_train, mask_train], y_train, epochs=12, seed=seed)
+        model = _export(net, [x_train, mask_train], ["tokens", "mask"])
+    # Block 0's output is the last Add (its second residual) named under /blocks.0/.
+    cut = [n.output[0] for n in model.graph.node
+           if n.op_type == "Add" and n.name.startswith("/blocks.0/")][-1]
     return TrainedModel(
         "transformer", model, {"tokens": x_train[:256], "mask": mask_train[:256]},
         {"tokens": x_test, "mask": mask_test}, y_test, (cut,),
     )
-
-
-def _residual_add_index(model: onnx.ModelProto, block: int) -> int:
-    adds = [node for node in model.graph.node if node.op_type == "Add"]
-    residual = [i for i, node in enumerate(adds) if "blocks" in node.name and
-                node.name.rsplit("/", 1)[0].count("/") == 2]
-    return residual[2 * block + 1]
 
 
 def split(model: onnx.ModelProto, cut_tensors: Sequence[str]) -> list[onnx.ModelProto]:

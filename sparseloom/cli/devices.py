@@ -1,0 +1,144 @@
+"""``sparseloom devices`` (what can run models here) and ``sparseloom infer`` (run one)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sparseloom.cli.output import echo_json, echo_table
+from sparseloom.core.errors import BackendError, ConfigError
+
+
+@click.command("devices")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def devices_command(as_json: bool) -> None:
+    """List the processors every backend discovered: available ones and why others are not.
+
+    A processor is one backend on one device with its own threads and core set; by default the
+    CPU processors get one thread each on distinct cores.
+    """
+    from sparseloom.core.processors import discover_processors
+
+    rows = [
+        {
+            "name": p.name,
+            "backend": p.backend,
+            "device": p.device,
+            "full_name": p.full_name,
+            "threads": p.threads,
+            "streams": p.streams,
+            "cores": list(p.cores),
+            "available": p.available,
+            "reason": p.reason,
+        }
+        for p in discover_processors()
+    ]
+    if as_json:
+        echo_json(rows)
+        return
+    echo_table(
+        ["name", "device", "full name", "threads", "cores", "available"],
+        [[r["name"], r["device"], r["full_name"], r["threads"],
+          ",".join(map(str, r["cores"])) or "any",
+          "yes" if r["available"] else f"no: {r['reason']}"] for r in rows],
+    )
+
+
+def _read_inputs(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    try:
+        archive = np.load(path, allow_pickle=False)
+        if not hasattr(archive, "files"):
+            raise ValueError("it holds a single array, not arrays by input name")
+        with archive:
+            return {name: archive[name] for name in archive.files}
+    except Exception as error:  # OSError, ValueError, zipfile.BadZipFile, EOFError, ...
+        raise ConfigError(
+            f"cannot read inputs from {str(path)!r}: {error}; write one array per input name "
+            "with numpy.savez(path, name=array)"
+        ) from None
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(samples), q))
+
+
+@click.command("infer")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--processor", "-p", "processor_spec", default="ort:CPU", show_default=True,
+              help="Processor name or spec, e.g. ov:CPU or 'ort:CPU?threads=2'.")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A .npz file with one array per input name (random inputs when absent).")
+@click.option("--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the outputs to this .npz file, one array per output name.")
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed runs after one warm-up run.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
+def infer_command(model: Path, processor_spec: str, input_path: Path | None,
+                  output_path: Path | None, repeat: int, as_json: bool) -> None:
+    """Run MODEL (an .onnx file) on one processor and report output shapes and latency.
+
+    Inputs come from --input, or are random of the declared shapes and dtypes (free
+    dimensions set to 1). Latency is per request, measured around the backend's infer call.
+    """
+    import numpy as np
+
+    from sparseloom.core.processors import get_backend, get_processor
+    from sparseloom.plugins.backends._common import example_inputs
+
+    processor = get_processor(processor_spec)
+    if not model.is_file():
+        raise BackendError(f"model file {str(model)!r} not found; check the path")
+    inputs = _read_inputs(input_path) if input_path is not None else None
+    backend = get_backend(processor.backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # runtimes' own provider chatter
+        loaded = backend.load(backend.compile(model, processor), processor)
+    try:
+        if inputs is None:
+            inputs = example_inputs(loaded.inputs)
+        outputs = backend.infer(loaded, inputs)
+        samples_ms: list[float] = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            backend.infer(loaded, inputs)
+            samples_ms.append((time.perf_counter() - start) * 1e3)
+    finally:
+        backend.unload(loaded)
+    if output_path is not None:
+        np.savez(output_path, **outputs)
+    report = {
+        "model": str(model),
+        "processor": loaded.processor.name,
+        "executed_by": list(loaded.executed_by),
+        "memory_bytes": loaded.memory_bytes,
+        "outputs": {name: {"shape": list(a.shape), "dtype": a.dtype.name}
+                    for name, a in outputs.items()},
+        "latency_ms": {"median": _percentile(samples_ms, 50), "p90": _percentile(samples_ms, 90),
+                       "count": len(samples_ms)},
+        "output_file": str(output_path) if output_path is not None else None,
+    }
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(f"{model.name} on {loaded.processor.name} "
+               f"(runs on {', '.join(loaded.executed_by)}; "
+               f"{loaded.memory_bytes / 2**20:.1f} MiB measured)")
+    echo_table(["output", "shape", "dtype"],
+               [[name, "x".join(map(str, a.shape)) or "scalar", a.dtype.name]
+                for name, a in outputs.items()])
+    latency = report["latency_ms"]
+    click.echo(f"latency over {repeat} runs: median {latency['median']:.3f} ms, "
+               f"p90 {latency['p90']:.3f} ms")
+    if output_path is not None:
+        click.echo(f"outputs written to {output_path}")
+
+
+COMMANDS = (devices_command, infer_command)

@@ -1,0 +1,235 @@
+"""Accuracy versus latency of original and stitched variants (the paper's Figure 4).
+
+:func:`measure_subgraph_latencies` times every (position, variant) subgraph at batch 1 on its
+position's processor (median of a few runs; the profiler does the thorough job).
+:func:`pareto_analysis` measures the metric of the V originals and of a sample of stitched
+variants (exactly, with prefix sharing), takes each variant's latency as the sum of its
+subgraphs' latencies, and counts the stitched variants that lie beyond the originals:
+above the best original metric, below the fastest original latency, or not dominated by any
+original (no original is at least as accurate *and* at least as fast).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import ConfigError
+from sparseloom.core.graph import as_tuple
+
+if TYPE_CHECKING:
+    from sparseloom.core.zoo import Zoo, ZooTask
+
+
+def dense_activations(zoo: Zoo, task: ZooTask, rows: int = 1) -> list[dict[str, np.ndarray]]:
+    """The inputs of every position for the first ``rows`` eval rows, from the dense chain."""
+    from sparseloom.core.graph import ort_session, run_model, take_batch
+
+    carried = take_batch(task.eval_inputs, 0, rows)
+    per_position = []
+    for position in range(zoo.positions):
+        names = zoo.boundary(position).input_names
+        per_position.append({n: carried[n] for n in names})
+        carried = run_model(ort_session(str(zoo.subgraph_path(position, 0))), carried)
+    return per_position
+
+
+def measure_subgraph_latencies(
+    zoo: Zoo,
+    task: ZooTask,
+    order: Sequence[str],
+    *,
+    runs: int = 7,
+    warmup: int = 2,
+    progress: bool = False,
+) -> np.ndarray:
+    """Median batch-1 latency in ms of every subgraph, shape ``(S, V)``.
+
+    Position ``j`` runs on ``order[j]`` (one processor per position).
+    """
+    from tqdm import tqdm
+
+    from sparseloom.core.inference import load_model
+    from sparseloom.core.stitch import placement
+
+    if runs < 1:
+        raise ConfigError(f"runs must be at least 1, got {runs}")
+    processors = placement(list(order), zoo.positions)
+    feeds = dense_activations(zoo, task)
+    count = len(zoo.variants)
+    latencies = np.zeros((zoo.positions, count))
+    cells = list(itertools.product(range(zoo.positions), range(count)))
+    for position, variant in tqdm(cells, desc=f"{zoo.task}: timing subgraphs", unit="subgraph",
+                                  disable=not progress, leave=False):
+        backend, loaded = load_model(str(zoo.subgraph_path(position, variant)),
+                                     processors[position])
+        try:
+            for _ in range(warmup):
+                backend.infer(loaded, feeds[position])
+            samples = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                backend.infer(loaded, feeds[position])
+                samples.append((time.perf_counter() - started) * 1e3)
+        finally:
+            backend.unload(loaded)
+        latencies[position, variant] = float(np.median(samples))
+    return latencies
+
+
+def sample_stitched(
+    variants: int, positions: int, count: int, *, seed: int = 0
+) -> list[tuple[int, ...]]:
+    """Up to ``count`` distinct stitched variants that are not originals, sampled uniformly.
+
+    All of them when there are no more than ``count``.
+    """
+    total = variants**positions
+    originals = {(v,) * positions for v in range(variants)}
+    if total - len(originals) <= count:
+        return [c for c in itertools.product(range(variants), repeat=positions)
+                if c not in originals]
+    rng = random.Random(seed)
+    chosen: set[tuple[int, ...]] = set()
+    while len(chosen) < count:
+        choice = tuple(rng.randrange(variants) for _ in range(positions))
+        if choice not in originals:
+            chosen.add(choice)
+    return sorted(chosen)
+
+
+def pareto_front(latency: Sequence[float], accuracy: Sequence[float]) -> list[int]:
+    """Indices of the points no other point dominates (lower-or-equal latency and higher-or-equal
+    accuracy, one strictly), sorted by latency."""
+    points = sorted(range(len(latency)), key=lambda i: (latency[i], -accuracy[i]))
+    front: list[int] = []
+    best = -np.inf
+    for index in points:
+        if accuracy[index] > best:
+            front.append(index)
+            best = accuracy[index]
+    return front
+
+
+@attrs.frozen
+class ParetoPoint:
+    """One variant in the accuracy–latency plane."""
+
+    choices: tuple[int, ...] = attrs.field(converter=as_tuple)
+    original: bool
+    metric: float
+    latency_ms: float
+    on_front: bool = False
+
+
+@attrs.frozen
+class ParetoResult:
+    """The points and what the stitched ones add beyond the originals.
+
+    Attributes:
+        task: the task name.
+        order: the processor of each position.
+        points: originals first, then the stitched sample.
+        stitched_total: ``V**S - V``, how many stitched variants exist.
+        above_best_accuracy: stitched variants with a metric above every original's.
+        below_fastest_latency: stitched variants faster than every original.
+        beyond_front: stitched variants that no original dominates.
+        evaluation_passes: subgraph passes run (prefix sharing) for the sample's metrics.
+        naive_passes: passes without prefix sharing.
+    """
+
+    task: str
+    order: tuple[str, ...] = attrs.field(converter=as_tuple)
+    points: tuple[ParetoPoint, ...] = attrs.field(converter=as_tuple)
+    stitched_total: int
+    above_best_accuracy: int
+    below_fastest_latency: int
+    beyond_front: int
+    evaluation_passes: int
+    naive_passes: int
+
+    @property
+    def stitched_sampled(self) -> int:
+        """How many stitched variants were measured."""
+        return sum(not p.original for p in self.points)
+
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers, JSON-ready."""
+        sampled = self.stitched_sampled or 1
+        return {
+            "task": self.task,
+            "order": list(self.order),
+            "originals": sum(p.original for p in self.points),
+            "stitched_sampled": self.stitched_sampled,
+            "stitched_total": self.stitched_total,
+            "above_best_accuracy": self.above_best_accuracy,
+            "above_best_accuracy_fraction": round(self.above_best_accuracy / sampled, 4),
+            "below_fastest_latency": self.below_fastest_latency,
+            "below_fastest_latency_fraction": round(self.below_fastest_latency / sampled, 4),
+            "beyond_front": self.beyond_front,
+            "beyond_front_fraction": round(self.beyond_front / sampled, 4),
+            "front_stitched": sum(p.on_front and not p.original for p in self.points),
+            "front_size": sum(p.on_front for p in self.points),
+            "evaluation_passes": self.evaluation_passes,
+            "naive_passes": self.naive_passes,
+        }
+
+
+def pareto_analysis(
+    zoo: Zoo,
+    task: ZooTask,
+    order: Sequence[str],
+    *,
+    sample: int = 200,
+    seed: int = 0,
+    runs: int = 7,
+    latencies: np.ndarray | None = None,
+    evaluation_processor: str = "ort:CPU",
+    progress: bool = False,
+) -> ParetoResult:
+    """Measure originals and a sample of stitched variants; see the module docstring.
+
+    :param order: the processor of each position (latency is measured there).
+    :param sample: how many stitched variants to measure (all when fewer exist).
+    :param latencies: per-subgraph ms ``(S, V)`` to use instead of measuring.
+    """
+    from sparseloom.core.evaluate import evaluate_stitched
+
+    count = len(zoo.variants)
+    if latencies is None:
+        latencies = measure_subgraph_latencies(zoo, task, order, runs=runs, progress=progress)
+    originals = [(v,) * zoo.positions for v in range(count)]
+    stitched = sample_stitched(count, zoo.positions, sample, seed=seed)
+    report = evaluate_stitched(zoo, task, originals + stitched,
+                               processor=evaluation_processor, progress=progress)
+    choices = originals + stitched
+    latency = [float(sum(latencies[j, c[j]] for j in range(zoo.positions))) for c in choices]
+    accuracy = [report.metrics[c] for c in choices]
+    front = set(pareto_front(latency, accuracy))
+    best = max(accuracy[: len(originals)])
+    fastest = min(latency[: len(originals)])
+    above = below = beyond = 0
+    for index in range(len(originals), len(choices)):
+        above += accuracy[index] > best
+        below += latency[index] < fastest
+        dominated = any(
+            accuracy[o] >= accuracy[index] and latency[o] <= latency[index]
+            for o in range(len(originals))
+        )
+        beyond += not dominated
+    points = [
+        ParetoPoint(c, i < len(originals), accuracy[i], latency[i], i in front)
+        for i, c in enumerate(choices)
+    ]
+    return ParetoResult(
+        task=zoo.task, order=tuple(order), points=tuple(points),
+        stitched_total=count**zoo.positions - count, above_best_accuracy=above,
+        below_fastest_latency=below, beyond_front=beyond,
+        evaluation_passes=report.passes, naive_passes=report.naive_passes,
+    )

@@ -1,0 +1,260 @@
+"""Processors: parsing their specs, discovering them across backends, the default set.
+
+A processor is one backend on one device with its own execution config. Its spec is a string
+``<backend>:<device>[?key=value&...]``::
+
+    ov:CPU
+    ort:CUDA:0
+    ort:CPU?threads=2&cores=0,1
+    ov:CPU?cores=2-3&streams=2&PERFORMANCE_HINT=LATENCY
+    ort:TensorRT:0?ep.trt_fp16_enable=True&on_fallback=warn
+
+or a TOML table (see :func:`load_processors`)::
+
+    [processors."ort:CPU"]
+    threads = 2
+    cores = [0, 1]          # or "0-1"
+    streams = 1
+    options = { "session.intra_op.allow_spinning" = "0" }
+
+``threads``, ``cores`` and ``streams`` set the :class:`~sparseloom.core.types.Processor` fields;
+every other key is a backend option (see ``docs/backends.md``). Processors are discovered,
+never assumed: each registered backend's ``devices()`` says what really answers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+
+from sparseloom.core.errors import BackendError, ConfigError, UnknownNameError
+from sparseloom.core.types import Processor
+
+_FIELDS = ("threads", "cores", "streams")
+
+
+@attrs.frozen
+class ProcessorSpec:
+    """A parsed processor spec: which processor, and what to override (``None`` = keep)."""
+
+    backend: str
+    device: str
+    threads: int | None = None
+    cores: tuple[int, ...] | None = None
+    streams: int | None = None
+    options: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
+
+    @property
+    def name(self) -> str:
+        """``<backend>:<device>``."""
+        return f"{self.backend}:{self.device}"
+
+
+def allowed_cores() -> tuple[int, ...]:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))
+
+
+def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
+    """``"0,2-3"`` → ``(0, 2, 3)``; a list or int passes through. Raises :class:`ConfigError`."""
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list | tuple):
+        items = [str(v) for v in value]
+    else:
+        items = [part.strip() for part in str(value).split(",") if part.strip()]
+    cores: list[int] = []
+    try:
+        for item in items:
+            low, dash, high = item.partition("-")
+            cores.extend(range(int(low), int(high) + 1) if dash else [int(low)])
+    except ValueError:
+        raise ConfigError(f"cores {value!r} is not a core list such as '0', '0,1' or '0-3'"
+                          ) from None
+    if any(core < 0 for core in cores):
+        raise ConfigError(f"cores {value!r} names a negative core")
+    return tuple(sorted(set(cores)))
+
+
+def _positive(key: str, value: Any, where: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
+        raise ConfigError(f"{where}: {key}={value!r} must be a positive integer")
+    return number
+
+
+def parse_processor_spec(spec: str | Mapping[str, Any]) -> ProcessorSpec:
+    """Parse a spec string (``ort:CPU?threads=2``) or a TOML-style table with a ``name`` key.
+
+    :raises ConfigError: the spec is malformed, naming the part that is wrong.
+    """
+    if isinstance(spec, Mapping):
+        table = dict(spec)
+        name = str(table.pop("name", ""))
+        options = dict(table.pop("options", {}) or {})
+        settings = table
+    elif isinstance(spec, str):
+        name, _, query = spec.strip().partition("?")
+        try:
+            pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+        except ValueError:
+            raise ConfigError(f"processor spec {spec!r}: the part after '?' must be "
+                              "key=value pairs joined by '&'") from None
+        settings, options = dict(pairs), {}
+    else:
+        raise ConfigError(f"a processor spec must be a string or a table, got {type(spec)!r}")
+    backend, sep, device = name.partition(":")
+    if not sep or not backend or not device:
+        raise ConfigError(f"processor spec {spec!r} must start with <backend>:<device>, "
+                          "e.g. ov:CPU or ort:CUDA:0")
+    where = f"processor spec {name}"
+    values: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in ("threads", "streams"):
+            values[key] = _positive(key, value, where)
+        elif key == "cores":
+            values[key] = parse_cores(value)
+        else:
+            options[key] = value
+    options = {str(k): str(v) for k, v in options.items()}
+    return ProcessorSpec(backend, device, options=options, **values)
+
+
+def format_processor_spec(processor: Processor) -> str:
+    """The spec string that rebuilds ``processor`` from its discovered base."""
+    query = [f"threads={processor.threads}", f"streams={processor.streams}"]
+    if processor.cores:
+        query.append("cores=" + ",".join(map(str, processor.cores)))
+    query += [f"{k}={v}" for k, v in processor.options.items()]
+    return f"{processor.name}?{'&'.join(query)}"
+
+
+# -- discovery -------------------------------------------------------------------------------
+
+_backends: dict[str, Any] = {}
+_discovered: list[Processor] | None = None
+_seen_registry: object = None
+_lock = threading.RLock()
+
+
+def _sync_with_registry() -> Any:
+    """The current registry; backends and discovery are rebuilt when it was replaced."""
+    global _discovered, _seen_registry
+    from sparseloom.core.registry import get_registry
+
+    registry = get_registry()
+    if registry is not _seen_registry:
+        _backends.clear()
+        _discovered = None
+        _seen_registry = registry
+    return registry
+
+
+def get_backend(name: str) -> Any:
+    """The process-wide instance of the backend registered as ``name``."""
+    with _lock:
+        registry = _sync_with_registry()
+        if name not in _backends:
+            _backends[name] = registry.create("backend", name)
+        return _backends[name]
+
+
+def discover_processors(refresh: bool = False) -> list[Processor]:
+    """Every processor of every registered backend, available or not, with default cores.
+
+    CPU processors get one thread each, pinned to distinct cores in discovery order (``ov:CPU``
+    on the first usable core, ``ort:CPU`` on the second, ...). A backend whose discovery fails
+    is listed as ``<backend>:*``, unavailable, with the error as its reason. Cached per process.
+    """
+    global _discovered
+    with _lock:
+        registry = _sync_with_registry()
+        if _discovered is not None and not refresh:
+            return list(_discovered)
+        found: list[Processor] = []
+        for registration in registry.backends():
+            try:
+                found.extend(get_backend(registration.name).devices())
+            except Exception as error:
+                found.append(Processor(f"{registration.name}:*", registration.name, "*",
+                                       available=False,
+                                       reason=f"discovery failed: {type(error).__name__}: {error}"))
+        cores = allowed_cores()
+        cpu_index = 0
+        for index, processor in enumerate(found):
+            if processor.device.upper().startswith("CPU") and not processor.cores:
+                core = cores[cpu_index % len(cores)]
+                pinned: dict[str, Any] = {"cores": (core,), "threads": 1}
+                found[index] = attrs.evolve(processor, **pinned)
+                cpu_index += 1
+        _discovered = found
+        return list(found)
+
+
+def default_processors() -> list[Processor]:
+    """The processors used when none are named: every available discovered processor.
+
+    On a CPU-only machine that is ``ov:CPU`` (core 0) and ``ort:CPU`` (core 1), one thread each.
+    """
+    return [p for p in discover_processors() if p.available]
+
+
+def get_processor(
+    spec: str | Mapping[str, Any] | Processor, *, require_available: bool = True
+) -> Processor:
+    """The discovered processor named by ``spec``, with the spec's overrides applied.
+
+    :raises UnknownNameError: no discovered processor has that name (the message lists them).
+    :raises BackendError: it exists but is unavailable (with the reason), when required.
+    :raises ConfigError: the spec is malformed or names cores this process cannot use.
+    """
+    if isinstance(spec, Processor):
+        return spec
+    parsed = parse_processor_spec(spec)
+    known = discover_processors()
+    base = next((p for p in known if p.name == parsed.name), None)
+    if base is None:
+        base = next((p for p in known if p.name.lower() == parsed.name.lower()), None)
+    if base is None:
+        names = ", ".join(p.name for p in known) or "none"
+        raise UnknownNameError(f"unknown processor {parsed.name!r}; known processors: {names}. "
+                               "Run `sparseloom devices` to see what this machine has.")
+    if require_available and not base.available:
+        raise BackendError(f"processor {base.name} is not available: {base.reason}")
+    changes: dict[str, Any] = {}
+    for field in _FIELDS:
+        if getattr(parsed, field) is not None:
+            changes[field] = getattr(parsed, field)
+    if parsed.options:
+        changes["options"] = {**base.options, **parsed.options}
+    processor = attrs.evolve(base, **changes) if changes else base
+    bad = sorted(set(processor.cores) - set(allowed_cores()))
+    if bad:
+        raise ConfigError(f"processor {processor.name}: core(s) {bad} are not usable by this "
+                          f"process; usable cores: {list(allowed_cores())}")
+    return processor
+
+
+def load_processors(path: str | os.PathLike[str]) -> list[Processor]:
+    """Processors from a TOML file's ``[processors."<name>"]`` tables (see the module doc)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"cannot read processors from {str(path)!r}: {error}") from None
+    tables = document.get("processors")
+    if not isinstance(tables, Mapping) or not tables:
+        raise ConfigError(f"{str(path)!r} has no [processors.\"<backend>:<device>\"] tables")
+    return [get_processor({"name": name, **dict(table)}) for name, table in tables.items()]

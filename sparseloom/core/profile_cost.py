@@ -1,0 +1,129 @@
+"""Profiling cost: SparseLoom's estimator path against exhaustive profiling (paper Fig. 12).
+
+Exhaustive profiling measures every stitched variant: V**S exact accuracy runs (S subgraph
+passes over the eval set each, no prefix sharing) and V**S × |orders| end-to-end latency
+measurements. The estimator path measures T·S·V·P subgraph latencies, the hand-offs, S·V
+fidelity passes and N exact accuracy samples, then trains and predicts.
+
+Every figure here comes from unit costs *measured in this run* (seconds per subgraph pass,
+per subgraph timing, per chain timing); extrapolation only changes V.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from sparseloom.core.accuracy_features import default_sample_count
+
+#: Timed phases of the estimator path, as recorded in ``table.meta["timings"][task]``.
+PHASES: tuple[str, ...] = ("fidelity", "latency", "accuracy_samples", "fit_predict")
+
+
+def placement_orders(n_processors: int, n_positions: int) -> list[tuple[int, ...]]:
+    """The processor orders profiled exhaustively: permutations (the paper's P! when S = P).
+
+    With more positions than processors every assignment (P**S) is an order.
+    """
+    if n_positions <= n_processors:
+        return list(itertools.permutations(range(n_processors), n_positions))
+    return list(itertools.product(range(n_processors), repeat=n_positions))
+
+
+def _orders_count(n_processors: int, n_positions: int) -> int:
+    if n_positions <= n_processors:
+        return math.perm(n_processors, n_positions)
+    return n_processors**n_positions
+
+
+def estimator_seconds(timings: Mapping[str, float]) -> float:
+    """Measured wall time of the estimator path for one task."""
+    return float(sum(float(timings.get(phase, 0.0)) for phase in PHASES))
+
+
+def task_cost(
+    timings: Mapping[str, float],
+    *,
+    n_positions: int,
+    n_variants: int,
+    n_processors: int,
+    n_samples: int,
+    chain_seconds: float,
+    chains_measured: int,
+    truth_seconds: float | None,
+    truth_complete: bool,
+    target_variants: int = 10,
+) -> dict[str, Any]:
+    """Cost figures of one task: measured, exhaustive (measured/estimated), and at V = 10.
+
+    :param chain_seconds: wall time spent timing ``chains_measured`` chains (validation).
+    :param truth_seconds: wall time of the exact evaluation of all V**S variants, if run.
+    :param truth_complete: whether every stitched variant × order was measured.
+    """
+    s, v, p = n_positions, n_variants, n_processors
+    orders = _orders_count(p, s)
+    pass_seconds = float(timings.get("seconds_per_pass", 0.0))
+    accuracy_unit = s * pass_seconds  # one stitched variant, no prefix sharing
+    latency_unit = chain_seconds / chains_measured if chains_measured else 0.0
+    subgraph_unit = float(timings.get("latency", 0.0)) / max(1, s * v * p)
+    fidelity_unit = float(timings.get("fidelity", 0.0)) / max(1, s * v)
+
+    def exhaustive(variants: int) -> float:
+        return variants**s * (accuracy_unit + orders * latency_unit)
+
+    def with_estimators(variants: int) -> float:
+        samples = default_sample_count(variants, s) if variants != v else n_samples
+        return (
+            fidelity_unit * s * variants
+            + subgraph_unit * s * variants * p
+            + samples * accuracy_unit
+            + float(timings.get("fit_predict", 0.0))
+        )
+
+    measured = estimator_seconds(timings)
+    result: dict[str, Any] = {
+        "seconds": measured,
+        "phases": {phase: float(timings.get(phase, 0.0)) for phase in PHASES},
+        "exhaustive_seconds_estimate": exhaustive(v),
+        "exhaustive_seconds_measured": (truth_seconds + chain_seconds)
+        if truth_complete and truth_seconds is not None else None,
+        "orders": orders,
+        "stitched_variants": v**s,
+        "units": {"seconds_per_accuracy_run": accuracy_unit,
+                  "seconds_per_chain_latency": latency_unit,
+                  "seconds_per_subgraph_latency": subgraph_unit},
+        "reduction": 1.0 - measured / exhaustive(v) if exhaustive(v) > 0 else None,
+    }
+    curve = []
+    for variants in sorted({2, 4, 6, 8, v, target_variants}):
+        estimate, full = with_estimators(variants), exhaustive(variants)
+        curve.append({"variants": variants, "seconds_estimate": estimate,
+                      "exhaustive_seconds_estimate": full,
+                      "reduction": 1.0 - estimate / full if full > 0 else None})
+    result["by_variants"] = curve
+    result[f"v{target_variants}"] = next(c for c in curve if c["variants"] == target_variants)
+    return result
+
+
+def overall_cost(per_task: Mapping[str, Mapping[str, Any]], target_variants: int = 10
+                 ) -> dict[str, Any]:
+    """Sums over tasks (profiling runs task after task)."""
+    def total(key: str, source: str | None = None) -> float | None:
+        values = [(t[source] if source else t).get(key) for t in per_task.values()]
+        return None if any(value is None for value in values) else float(sum(values))
+
+    seconds, exhaustive = total("seconds"), total("exhaustive_seconds_estimate")
+    key = f"v{target_variants}"
+    v10_seconds = total("seconds_estimate", key)
+    v10_exhaustive = total("exhaustive_seconds_estimate", key)
+    return {
+        "seconds": seconds,
+        "exhaustive_seconds_estimate": exhaustive,
+        "exhaustive_seconds_measured": total("exhaustive_seconds_measured"),
+        "reduction": 1.0 - seconds / exhaustive if seconds is not None and exhaustive else None,
+        key: {"seconds_estimate": v10_seconds, "exhaustive_seconds_estimate": v10_exhaustive,
+              "reduction": 1.0 - v10_seconds / v10_exhaustive
+              if v10_seconds is not None and v10_exhaustive else None},
+    }

@@ -1,0 +1,169 @@
+"""The validation report of ``sparseloom profile --validate``: build, measure truth, compare.
+
+:func:`validate` builds (or loads) the profile table, measures the ground truth it estimates
+(every stitched variant's exact metric; end-to-end chains of random stitched variants under
+random processor orders), and returns a JSON-ready report with per-task and overall figures:
+
+* ``accuracy.top_k_recall`` {K: fraction}, ``accuracy.spearman``, ``accuracy.mae``;
+* ``latency.mae_ms``, ``latency.mape`` (a fraction);
+* ``profiling.seconds``, ``profiling.exhaustive_seconds_estimate`` (and measured, and V=10).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sparseloom.core.estimation_metrics import mae, mape
+from sparseloom.core.profile_builder import (
+    ProfileOptions,
+    build_profile,
+    dense_activations,
+    resolve_processors,
+    subgraph_jobs,
+    zoo_for,
+)
+from sparseloom.core.profile_cost import overall_cost, placement_orders, task_cost
+from sparseloom.core.profile_store import ProfileStore
+from sparseloom.core.profile_validation import (
+    HEADLINE_KS,
+    accuracy_report,
+    ground_truth,
+    latency_report,
+    sample_chains,
+)
+from sparseloom.core.profiler import BackendResolver, default_backend_resolver, measure_chains
+
+#: The paper's figures (SparseLoom §3.2): what our estimators are measured against.
+PAPER_GOALS = {"top_10_recall": 0.9078, "latency_mape": 0.089, "latency_mae_ms": 1.05,
+               "profiling_reduction": 0.99}
+
+
+def validate(
+    workload: Any,
+    *,
+    processors: Sequence[str] | None = None,
+    options: ProfileOptions | None = None,
+    latency_samples: int = 60,
+    repeats: int = 5,
+    ablation: bool = True,
+    curve: bool = True,
+    use_cache: bool = True,
+    progress: bool = True,
+    resolve_backend: BackendResolver | None = None,
+    zoos: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Build the profile of ``workload`` and validate it; returns (table, report)."""
+    from sparseloom.core.evaluate import SubgraphRunner
+    from sparseloom.core.workload import load_workload
+
+    options = options or ProfileOptions()
+    resolve_backend = resolve_backend or default_backend_resolver
+    loaded = load_workload(workload, progress=progress) if isinstance(workload, str) else workload
+    chosen = resolve_processors(processors, loaded)
+    zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
+            for t in loaded.tasks}
+    table = build_profile(loaded, processors=chosen, options=options, use_cache=use_cache,
+                          progress=progress, resolve_backend=resolve_backend, zoos=zoos)
+    store = ProfileStore(_store_directory(table), enabled=use_cache)
+    tasks: dict[str, Any] = {}
+    pooled_measured, pooled_estimated = [], []
+    for task in loaded.tasks:
+        profile, zoo = table.task(task.name), zoos[task.name]
+        entry: dict[str, Any] = {"positions": profile.n_positions,
+                                 "variants": profile.n_variants,
+                                 "stitched": profile.n_stitched,
+                                 "variant_names": list(profile.variant_names)}
+        truth = ground_truth(task, zoo, store, options.evaluation_processor, progress)
+        n_samples = int(table.meta["samples"][task.name])
+        if truth is None:
+            entry["accuracy"] = {"note": f"V**S = {profile.n_stitched} is too many to measure "
+                                         "every stitched variant; not validated"}
+        else:
+            entry["accuracy"] = accuracy_report(
+                profile, truth[0], estimator=options.accuracy_estimator,
+                feature_set=options.feature_set, n_samples=n_samples, repeats=repeats,
+                seed=options.seed, ablation=ablation, curve=curve)
+        chains = sample_chains(profile, len(chosen), latency_samples, options.seed)
+        with SubgraphRunner(processor=options.evaluation_processor) as runner:
+            inputs, _ = dense_activations(task, zoo, runner, rows=1)
+        started = time.perf_counter()
+        measured = measure_chains(subgraph_jobs(zoo, inputs), chains, chosen, resolve_backend,
+                                  options.config, seed=options.seed)
+        chain_seconds = time.perf_counter() - started
+        entry["latency"] = latency_report(table, task.name, chains, measured,
+                                          options.latency_estimator)
+        estimated = np.array([p["estimated_ms"] if p["estimated_ms"] is not None else np.nan
+                              for p in entry["latency"]["points"]])
+        pooled_measured.append(measured)
+        pooled_estimated.append(estimated)
+        complete = len(chains) == profile.n_stitched * len(placement_orders(
+            len(chosen), profile.n_positions))
+        entry["profiling"] = task_cost(
+            table.meta["timings"][task.name], n_positions=profile.n_positions,
+            n_variants=profile.n_variants, n_processors=len(chosen), n_samples=n_samples,
+            chain_seconds=chain_seconds, chains_measured=len(chains),
+            truth_seconds=None if truth is None else truth[1], truth_complete=complete)
+        tasks[task.name] = entry
+    report = {
+        "workload": loaded.name,
+        "processors": list(table.processors),
+        "estimators": table.meta["estimators"],
+        "profile_directory": str(store.directory),
+        "tasks": tasks,
+        "overall": _overall(tasks, pooled_measured, pooled_estimated),
+        "failures": table.meta["failures"],
+    }
+    report["goals"] = _goals(report["overall"])
+    return table, report
+
+
+def _store_directory(table: Any) -> str:
+    return str(table.meta["cache_directory"])
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def _overall(tasks: dict[str, Any], measured: list[np.ndarray], estimated: list[np.ndarray]
+             ) -> dict[str, Any]:
+    accuracy = [t["accuracy"] for t in tasks.values() if "top_k_recall" in t["accuracy"]]
+    recall = {str(k): _mean([a["top_k_recall"].get(str(k)) for a in accuracy])
+              for k in HEADLINE_KS}
+    all_measured = np.concatenate(measured) if measured else np.array([])
+    all_estimated = np.concatenate(estimated) if estimated else np.array([])
+    ok = np.isfinite(all_measured) & np.isfinite(all_estimated) & (all_measured > 0)
+    return {
+        "accuracy": {"top_k_recall": recall,
+                     "spearman": _mean([a["spearman"] for a in accuracy]),
+                     "mae": _mean([a["mae"] for a in accuracy]),
+                     "table_top_k_recall": {str(k): _mean(
+                         [a["table_top_k_recall"].get(str(k)) for a in accuracy])
+                         for k in HEADLINE_KS}},
+        "latency": {"mae_ms": mae(all_measured[ok], all_estimated[ok]) if ok.any() else None,
+                    "mape": mape(all_measured[ok], all_estimated[ok]) if ok.any() else None,
+                    "count": int(ok.sum()),
+                    "paper_additive_mape": _mean(
+                        [t["latency"]["paper_additive"]["mape"] for t in tasks.values()])},
+        "profiling": overall_cost({name: t["profiling"] for name, t in tasks.items()}),
+    }
+
+
+def _goals(overall: dict[str, Any]) -> dict[str, Any]:
+    recall = overall["accuracy"]["top_k_recall"].get("10")
+    latency_mape = overall["latency"]["mape"]
+    reduction = overall["profiling"]["v10"]["reduction"]
+    return {
+        "top_10_recall": {"paper": PAPER_GOALS["top_10_recall"], "ours": recall,
+                          "met": recall is not None and recall >= PAPER_GOALS["top_10_recall"]},
+        "latency_mape": {"paper": PAPER_GOALS["latency_mape"], "ours": latency_mape,
+                         "met": latency_mape is not None
+                         and latency_mape <= PAPER_GOALS["latency_mape"]},
+        "profiling_reduction_v10": {"paper": PAPER_GOALS["profiling_reduction"],
+                                    "ours": reduction},
+    }

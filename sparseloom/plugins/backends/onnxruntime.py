@@ -1,0 +1,292 @@
+"""The ONNX Runtime backend ``ort``: processors ``ort:CPU``, ``ort:CUDA:<i>``, ``ort:TensorRT:<i>``.
+
+Processor options (strings) this backend reads:
+
+- ``graph_optimization_level``: ``disable``, ``basic``, ``extended`` or ``all`` (default).
+- ``session.<key>``: an ORT session config entry, e.g. ``session.intra_op.allow_spinning=0``.
+- ``ep.<key>``: a provider option, e.g. ``ep.trt_fp16_enable=True``, ``ep.gpu_mem_limit=...``.
+- ``on_fallback``: ``error`` (default) or ``warn`` when the provider asked for does not run it.
+
+Requests run on the processor's own pinned worker thread (ORT's ``run_async`` needs two or more
+intra-op threads, and a 1-thread session runs on the calling thread, which is what pins it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparseloom.core.hookspecs import hookimpl
+from sparseloom.core.types import Processor
+from sparseloom.plugins.backends import _memory, _worker
+from sparseloom.plugins.backends._base import WorkerBackend
+from sparseloom.plugins.backends._common import (
+    CompiledModel,
+    LoadedModel,
+    example_inputs,
+    handle_fallback,
+    notify_and_raise,
+    resolve_model,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+#: sparseloom device kind -> ORT execution provider.
+PROVIDERS = {
+    "CPU": "CPUExecutionProvider",
+    "CUDA": "CUDAExecutionProvider",
+    "TensorRT": "TensorrtExecutionProvider",
+}
+_LEVELS = ("disable", "basic", "extended", "all")
+
+
+def _kind_and_index(device: str) -> tuple[str, int]:
+    kind, _, index = device.partition(":")
+    if kind not in PROVIDERS or (index and not index.isdigit()):
+        from sparseloom.core.errors import ConfigError
+
+        raise ConfigError(f"ort device {device!r} is not one of CPU, CUDA:<index>, "
+                          "TensorRT:<index>")
+    return kind, int(index) if index else 0
+
+
+def _probe_model() -> bytes:
+    import onnx.helper as helper
+
+    x = helper.make_tensor_value_info("x", 1, [1, 4])
+    y = helper.make_tensor_value_info("y", 1, [1, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+class OnnxRuntimeBackend(WorkerBackend):
+    """ONNX Runtime on CPU, CUDA and TensorRT, discovered from the providers that answer."""
+
+    name = "ort"
+
+    def __init__(self) -> None:
+        self._kernels: dict[str, set[tuple[str, str]]] = {}
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def devices(self) -> list[Processor]:
+        """``ort:CPU`` always; CUDA/TensorRT devices when the provider is built in and a device
+        answers a probe session (unavailable ones are listed with the reason)."""
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        found = [Processor("ort:CPU", "ort", "CPU", full_name=_memory.cpu_name())]
+        gpus = _memory.gpu_count()
+        for kind in ("CUDA", "TensorRT"):
+            provider = PROVIDERS[kind]
+            if provider not in available:
+                continue
+            for index in range(max(gpus, 1)):
+                device = f"{kind}:{index}"
+                processor = Processor(f"ort:{device}", "ort", device,
+                                      full_name=_memory.gpu_name(index))
+                reason = self._probe(processor)
+                if reason:
+                    processor = Processor(processor.name, "ort", device, available=False,
+                                          reason=reason, full_name=processor.full_name)
+                found.append(processor)
+        return found
+
+    def _probe(self, processor: Processor) -> str:
+        """An empty string when the device runs a one-node model, else why not."""
+        import onnxruntime as ort
+
+        try:
+            session = ort.InferenceSession(_probe_model(), self._session_options(processor),
+                                           providers=self._providers(processor, None))
+        except Exception as error:
+            return f"{PROVIDERS[_kind_and_index(processor.device)[0]]} failed: {error}"
+        used = session.get_providers()
+        wanted = PROVIDERS[_kind_and_index(processor.device)[0]]
+        if wanted not in used:
+            return f"{wanted} is built in but no device answered (session ran on {used})"
+        return ""
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def _session_options(self, processor: Processor, level: str | None = None) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = processor.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3  # fallback is detected and reported by sparseloom
+        level = level or processor.options.get("graph_optimization_level", "all")
+        if level not in _LEVELS:
+            from sparseloom.core.errors import ConfigError
+
+            raise ConfigError(f"processor {processor.name}: graph_optimization_level={level!r} "
+                              f"is not one of {', '.join(_LEVELS)}")
+        options.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+        for key, value in processor.options.items():
+            if key.startswith("session."):
+                options.add_session_config_entry(key, str(value))
+        return options
+
+    def _providers(self, processor: Processor, engine_dir: Path | None) -> list[Any]:
+        kind, index = _kind_and_index(processor.device)
+        ep_options = {k[3:]: str(v) for k, v in processor.options.items() if k.startswith("ep.")}
+        if kind == "CPU":
+            return [("CPUExecutionProvider", ep_options)]
+        cuda = ("CUDAExecutionProvider", {"device_id": str(index)})
+        if kind == "CUDA":
+            return [("CUDAExecutionProvider", {"device_id": str(index), **ep_options}),
+                    "CPUExecutionProvider"]
+        trt = {"device_id": str(index), **ep_options}
+        if engine_dir is not None:
+            trt |= {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(engine_dir),
+                    "trt_timing_cache_enable": "True", "trt_timing_cache_path": str(engine_dir)}
+        return [("TensorrtExecutionProvider", trt), cuda, "CPUExecutionProvider"]
+
+    # -- compile / load --------------------------------------------------------------------
+
+    def compile(self, model: onnx.ModelProto | str | os.PathLike[str],
+                processor: Processor) -> CompiledModel:
+        """Optimize ``model`` for ``processor`` once and cache the result on disk.
+
+        CPU and CUDA: the graph-optimized model (``optimized_model_filepath``, level
+        ``extended`` on CPU, ``basic`` on CUDA) under ``<cache>/ort``. TensorRT: the engine
+        and timing caches under ``<cache>/ort/trt/<key>``; the source model is loaded.
+        """
+        import onnxruntime as ort
+
+        from sparseloom.core.cache import cache_dir, config_hash
+
+        try:
+            source = resolve_model(model)
+        except Exception as error:
+            notify_and_raise(processor, "compile", error)
+        kind, _ = _kind_and_index(processor.device)
+        key = config_hash({"digest": source.digest, "device": processor.device,
+                           "ort": ort.__version__, "options": dict(processor.options)})
+        root = cache_dir() / "ort"
+        if kind == "TensorRT":
+            artefact = root / "trt" / key
+            artefact.mkdir(parents=True, exist_ok=True)
+
+            def build() -> tuple[tuple[str, ...], Path | None]:
+                session = self._session(source.path, processor, artefact)
+                return tuple(session.get_providers()), None
+        else:
+            artefact = root / f"{key}.onnx"
+            level = "extended" if kind == "CPU" else "basic"
+
+            def build() -> tuple[tuple[str, ...], Path | None]:
+                options = self._session_options(processor, level)
+                tmp = artefact.with_suffix(f".{os.getpid()}.{id(options)}.tmp.onnx")
+                options.optimized_model_filepath = str(tmp)
+                session = ort.InferenceSession(str(source.path), options,
+                                               providers=self._providers(processor, None))
+                return tuple(session.get_providers()), tmp
+
+        if not artefact.is_file() or kind == "TensorRT":
+            artefact.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                used, built = _worker.run_on(processor, build)
+            except Exception as error:
+                notify_and_raise(processor, "compile", error,
+                                 f"ONNX Runtime could not build {source.path.name} for "
+                                 f"{processor.device}: {error}")
+            try:
+                if PROVIDERS[kind] not in used:  # caught here already, before any timing
+                    handle_fallback(processor, "CPU", used, operation="compile")
+                if built is not None:
+                    os.replace(built, artefact)
+            finally:
+                if built is not None:
+                    built.unlink(missing_ok=True)
+        return CompiledModel("ort", processor.name, source, artefact, key)
+
+    def _session(self, path: Path, processor: Processor, engine_dir: Path | None) -> Any:
+        import onnxruntime as ort
+
+        return ort.InferenceSession(str(path), self._session_options(processor),
+                                    providers=self._providers(processor, engine_dir))
+
+    def load(self, compiled: CompiledModel, processor: Processor) -> LoadedModel:
+        """Create the session on the processor's pinned worker and check its providers.
+
+        ``memory_bytes`` is the RSS growth over session creation plus one warm-up request
+        (plus, on CUDA/TensorRT, the GPU memory growth NVML reports).
+        """
+        kind, index = _kind_and_index(processor.device)
+        if kind == "TensorRT":
+            path, engine_dir = compiled.source.path, compiled.artefact_path
+        else:
+            path, engine_dir = compiled.artefact_path or compiled.source.path, None
+        warmup = example_inputs(compiled.inputs)
+
+        def create() -> Any:
+            session = self._session(path, processor, engine_dir)
+            # Free dims set to 1 may not fit every model; then the memory reads lower.
+            with contextlib.suppress(Exception):
+                session.run(None, warmup)
+            return session
+
+        def measured() -> tuple[Any, int]:
+            gpu_before = _memory.gpu_used_bytes(index) if kind != "CPU" else None
+            session, host_bytes = _memory.measure_rss(create)
+            gpu_after = _memory.gpu_used_bytes(index) if gpu_before is not None else None
+            gpu_bytes = max(gpu_after - gpu_before, 0) if gpu_after is not None else 0
+            return session, host_bytes + gpu_bytes
+
+        executor = _worker.executor_for(processor)
+        try:
+            session, memory_bytes = executor.submit(measured).result()
+        except Exception as error:
+            notify_and_raise(processor, "load", error)
+        used = tuple(session.get_providers())
+        actual = processor
+        if PROVIDERS[kind] not in used:
+            actual = handle_fallback(processor, "CPU", used)
+            executor = _worker.executor_for(actual)
+        names = [spec.name for spec in compiled.outputs]
+
+        def runner(arrays: Any) -> dict[str, Any]:
+            return dict(zip(names, session.run(names, arrays), strict=True))
+
+        return LoadedModel(actual, memory_bytes, compiled.inputs, compiled.outputs, compiled,
+                           used, processor, session, executor, runner)
+
+    # -- operator support ------------------------------------------------------------------
+
+    def supports(self, op_type: str, processor: Processor, domain: str = "") -> bool:
+        """Whether ORT has a kernel for ``op_type`` (in ``domain``) on the processor's provider.
+
+        Read from ORT's kernel registry (``get_all_opkernel_def``). TensorRT compiles whole
+        subgraphs and sends what it cannot parse to CUDA, so it answers as CUDA does.
+        """
+        kind, _ = _kind_and_index(processor.device)
+        provider = PROVIDERS["CUDA" if kind == "TensorRT" else kind]
+        if provider not in self._kernels:
+            from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+            self._kernels[provider] = {
+                (k.op_name, "" if k.domain == "ai.onnx" else k.domain)
+                for k in state.get_all_opkernel_def() if k.provider == provider
+            }
+        return (op_type, "" if domain == "ai.onnx" else domain) in self._kernels[provider]
+
+
+@hookimpl
+def sparseloom_register_backends(register: Any) -> None:
+    """Register the ``ort`` backend."""
+    register("ort", OnnxRuntimeBackend,
+             description="ONNX Runtime: CPU, CUDA and TensorRT execution providers",
+             capabilities=("CPU", "CUDA", "TensorRT"))

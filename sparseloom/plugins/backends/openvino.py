@@ -1,0 +1,281 @@
+"""The OpenVINO backend ``ov``: one processor per device in ``Core().available_devices``.
+
+Processor options (strings) this backend reads: ``on_fallback`` (``error`` by default, or
+``warn``); every other key is passed to ``compile_model`` as an OpenVINO property, e.g.
+``PERFORMANCE_HINT=LATENCY`` or ``INFERENCE_PRECISION_HINT=f32``.
+
+On CPU, ``threads`` sets ``INFERENCE_NUM_THREADS``, ``streams`` sets ``NUM_STREAMS``, and
+``ENABLE_CPU_PINNING`` is off: OpenVINO otherwise pins every 1-thread model to the same core.
+The processor's worker thread is pinned to its cores instead, and the model is compiled and run
+from that thread so that the threads OpenVINO creates inherit the pinning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from sparseloom.core.hookspecs import hookimpl
+from sparseloom.core.types import Processor
+from sparseloom.plugins.backends import _memory, _worker
+from sparseloom.plugins.backends._base import WorkerBackend
+from sparseloom.plugins.backends._common import (
+    FALLBACK_OPTION,
+    CompiledModel,
+    LoadedModel,
+    example_inputs,
+    handle_fallback,
+    notify_and_raise,
+    resolve_model,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+_SKIPPED_TYPES = {"Parameter", "Result", "Constant"}
+
+
+def _base_device(device: str) -> str:
+    """``GPU.1`` → ``GPU``; ``AUTO:GPU,CPU`` → ``GPU`` (the first choice)."""
+    head, _, rest = device.partition(":")
+    if head in ("AUTO", "MULTI", "HETERO") and rest:
+        head = rest.split(",")[0]
+    return head.split(".")[0]
+
+
+def _short(error: BaseException) -> str:
+    """OpenVINO's message without its source locations: the lines that say what is wrong."""
+    lines = [line.strip(" -") for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))
+              and " failed at src/" not in line]
+    return " ".join(useful or lines) or type(error).__name__
+
+
+class OpenVinoBackend(WorkerBackend):
+    """OpenVINO on CPU, GPU and NPU, discovered from ``Core().available_devices``."""
+
+    name = "ov"
+
+    def __init__(self) -> None:
+        self._core: Any = None
+        self._core_lock = threading.Lock()
+        self._op_support: dict[tuple[str, str], bool] = {}
+
+    @property
+    def core(self) -> Any:
+        """The shared ``openvino.Core`` (created on first use)."""
+        with self._core_lock:
+            if self._core is None:
+                import openvino as ov
+
+                self._core = ov.Core()
+            return self._core
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def devices(self) -> list[Processor]:
+        """Every device OpenVINO lists; an accelerator must also compile a one-node model."""
+        found = []
+        for device in self.core.available_devices:
+            try:
+                full_name = str(self.core.get_property(device, "FULL_DEVICE_NAME"))
+            except Exception:
+                full_name = ""
+            reason = "" if device == "CPU" else self._probe(device)
+            found.append(Processor(f"ov:{device}", "ov", device, full_name=full_name,
+                                   available=not reason, reason=reason))
+        return found
+
+    def _probe(self, device: str) -> str:
+        import openvino as ov
+        import openvino.opset13 as ops
+
+        x = ops.parameter([1, 4], ov.Type.f32, name="x")
+        try:
+            self.core.compile_model(ov.Model([ops.relu(x)], [x], "probe"), device)
+        except Exception as error:
+            return f"listed by OpenVINO but cannot compile a one-node model: {error}"
+        return ""
+
+    # -- compile / load --------------------------------------------------------------------
+
+    def _config(self, processor: Processor) -> dict[str, Any]:
+        from sparseloom.core.cache import cache_dir
+
+        config: dict[str, Any] = {"CACHE_DIR": str(cache_dir() / "ov")}
+        if _base_device(processor.device) == "CPU" and not processor.device.startswith("AUTO"):
+            config |= {"INFERENCE_NUM_THREADS": processor.threads,
+                       "NUM_STREAMS": processor.streams, "ENABLE_CPU_PINNING": False}
+        config |= {k: v for k, v in processor.options.items() if k != FALLBACK_OPTION}
+        return config
+
+    def _compile_model(self, path: str, processor: Processor) -> Any:
+        try:
+            model = self.core.read_model(path)
+        except Exception as error:
+            notify_and_raise(processor, "compile", error,
+                             f"OpenVINO cannot read {os.path.basename(path)}: {_short(error)}")
+        try:
+            return self.core.compile_model(model, processor.device, self._config(processor))
+        except Exception as error:
+            notify_and_raise(processor, "compile", error,
+                             f"device {processor.device} cannot compile "
+                             f"{os.path.basename(path)}: {_short(error)}")
+
+    def compile(self, model: onnx.ModelProto | str | os.PathLike[str],
+                processor: Processor) -> CompiledModel:
+        """Compile ``model`` for the device once; OpenVINO caches the blob in ``CACHE_DIR``
+        (``<cache>/ov``), so loading it again imports the blob instead of recompiling."""
+        from sparseloom.core.cache import cache_dir, config_hash
+
+        try:
+            source = resolve_model(model)
+        except Exception as error:
+            notify_and_raise(processor, "compile", error)
+        key = config_hash({"digest": source.digest, "device": processor.device,
+                           "config": {k: str(v) for k, v in self._config(processor).items()}})
+        handle = _worker.run_on(processor, self._compile_model, str(source.path), processor)
+        self._check_devices(processor, handle, "compile")  # a fallback is refused this early
+        del handle
+        return CompiledModel("ov", processor.name, source, cache_dir() / "ov", key)
+
+    def load(self, compiled: CompiledModel, processor: Processor) -> LoadedModel:
+        """Compile (from the cache) on the processor's pinned worker and check where it runs.
+
+        ``memory_bytes`` is the RSS growth over compile_model plus one warm-up request, plus on
+        GPU the growth of ``GPU_MEMORY_STATISTICS``.
+        """
+        warmup = example_inputs(compiled.inputs)
+        on_gpu = _base_device(processor.device) == "GPU"
+
+        def create() -> Any:
+            handle = self._compile_model(str(compiled.source.path), processor)
+            # Free dims set to 1 may not fit every model; then the memory reads lower.
+            with contextlib.suppress(Exception):
+                handle.create_infer_request().infer(warmup)
+            return handle
+
+        def gpu_bytes() -> int:
+            try:
+                stats = self.core.get_property(processor.device, "GPU_MEMORY_STATISTICS")
+                return int(sum(stats.values()))
+            except Exception:
+                return 0
+
+        def measured() -> tuple[Any, int]:
+            before = gpu_bytes() if on_gpu else 0
+            handle, host_bytes = _memory.measure_rss(create)
+            device_bytes = max(gpu_bytes() - before, 0) if on_gpu else 0
+            return handle, host_bytes + device_bytes
+
+        executor = _worker.executor_for(processor)
+        try:
+            handle, memory_bytes = executor.submit(measured).result()
+        except Exception as error:
+            notify_and_raise(processor, "load", error)
+        executed, actual = self._check_devices(processor, handle, "load")
+        if actual is not processor:
+            executor = _worker.executor_for(actual)
+        ports = [handle.output(spec.name) for spec in compiled.outputs]
+        names = [spec.name for spec in compiled.outputs]
+        # One infer request per worker thread: a request is not safe to share between threads.
+        local = threading.local()
+
+        def runner(arrays: Any) -> dict[str, Any]:
+            request = getattr(local, "request", None)
+            if request is None:
+                request = local.request = handle.create_infer_request()
+            results = request.infer(arrays)
+            return {name: results[port] for name, port in zip(names, ports, strict=True)}
+
+        return LoadedModel(actual, memory_bytes, compiled.inputs, compiled.outputs, compiled,
+                           executed, processor, handle, executor, runner)
+
+    def _check_devices(self, processor: Processor, handle: Any, operation: str
+                       ) -> tuple[tuple[str, ...], Processor]:
+        """What ``EXECUTION_DEVICES`` says runs ``handle``, and the processor to report: the
+        requested one, or after a tolerated fallback the device that really runs it."""
+        try:
+            executed = tuple(str(d) for d in handle.get_property("EXECUTION_DEVICES"))
+        except Exception:
+            executed = (processor.device,)
+        wanted = _base_device(processor.device)
+        if processor.device == "AUTO" or any(_base_device(d) == wanted for d in executed):
+            return executed, processor
+        actual_device = executed[0] if executed else "?"
+        return executed, handle_fallback(processor, actual_device, executed, operation)
+
+    # -- operator support ------------------------------------------------------------------
+
+    def supports(self, op_type: str, processor: Processor, domain: str = "") -> bool:
+        """Whether OpenVINO converts ONNX ``op_type`` and ``processor``'s device runs it.
+
+        A one-node probe model (float inputs of shape [1,1,4,4]) goes through the ONNX
+        frontend's ``convert_partially``: an op without a converter is unsupported; otherwise
+        ``query_model`` on the device decides. When the probe shapes do not fit the op, the
+        converter's existence decides. Only the default ONNX domain is answered (``False``
+        for others). For whole models use :meth:`supported_nodes`.
+        """
+        if domain not in ("", "ai.onnx"):
+            return False
+        key = (op_type, processor.device)
+        if key not in self._op_support:
+            self._op_support[key] = self._probe_op(op_type, processor.device)
+        return self._op_support[key]
+
+    def _probe_op(self, op_type: str, device: str) -> bool:
+        import onnx
+        import onnx.helper as helper
+        from openvino.frontend import FrontEndManager
+
+        try:
+            schema = onnx.defs.get_schema(op_type)
+        except Exception:
+            return False  # not an ONNX operator at all
+        ins = [f"i{k}" for k in range(max(schema.min_input, 1))]
+        outs = [f"o{k}" for k in range(max(schema.min_output, 1))]
+        graph = helper.make_graph(
+            [helper.make_node(op_type, ins, outs)], "probe",
+            [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 1, 4, 4]) for n in ins],
+            [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in outs])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+        proto.ir_version = 10
+        frontend = FrontEndManager().load_by_framework("onnx")
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "probe.onnx")
+            onnx.save(proto, path)
+            try:
+                model = frontend.convert_partially(frontend.load(path))
+            except Exception:
+                return True  # a converter exists but rejected the probe's inputs
+        types = {node.get_type_name() for node in model.get_ops()}
+        if "ONNXFrameworkNode" in types:
+            return False
+        if "NotSupportedONNXNode" in types:
+            return True
+        try:
+            supported = self.core.query_model(model, device)
+        except Exception:
+            return False
+        return all(node.get_friendly_name() in supported for node in model.get_ops()
+                   if node.get_type_name() not in _SKIPPED_TYPES)
+
+    def supported_nodes(self, model: onnx.ModelProto | str, processor: Processor) -> set[str]:
+        """The names of the OpenVINO nodes ``processor``'s device supports (``query_model``)."""
+        source = resolve_model(model)
+        return set(self.core.query_model(self.core.read_model(str(source.path)),
+                                         processor.device))
+
+    def _release(self, handle: Any) -> None:
+        del handle
+
+
+@hookimpl
+def sparseloom_register_backends(register: Any) -> None:
+    """Register the ``ov`` backend."""
+    register("ov", OpenVinoBackend, description="OpenVINO: CPU, GPU and NPU devices",
+             capabilities=("CPU", "GPU", "NPU"))

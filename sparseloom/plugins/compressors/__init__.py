@@ -1,0 +1,62 @@
+"""Built-in compressors: unstructured and structured pruning, INT8 (QDQ) and FP16.
+
+Each is applied per subgraph of an already partitioned dense model ("split first, then
+compress") and returns a subgraph with the same boundary tensor names, shapes and dtypes.
+
+==============  ==========================  ======================  ==========================
+name / kind     what it does                default_levels          level means
+==============  ==========================  ======================  ==========================
+unstructured    zero smallest weights       (0.3, 0.5, 0.7, 0.9)    fraction of weights zeroed
+structured      remove channels / neurons   (0.25, 0.5)             fraction of channels cut
+int8            static QDQ quantization     () — pass 0.0           nothing (needs calibration)
+fp16            float16 weights + compute   () — pass 0.0           nothing
+==============  ==========================  ======================  ==========================
+
+The pruners expose ``prunable(subgraph) -> bool`` so a zoo can skip positions with nothing to
+prune; ``compress`` raises :class:`~sparseloom.core.errors.CompressionError` there instead of
+returning the dense graph. See ``docs/compressors.md``.
+"""
+
+from __future__ import annotations
+
+from sparseloom.core.hookspecs import RegisterFn, hookimpl
+from sparseloom.plugins.compressors._common import NO_LEVEL, boundary_signature
+from sparseloom.plugins.compressors.pruning import UnstructuredPruner, zero_fraction
+from sparseloom.plugins.compressors.quantization import Fp16Converter, Int8Quantizer
+from sparseloom.plugins.compressors.structured import StructuredPruner
+
+__all__ = [
+    "NO_LEVEL",
+    "Fp16Converter",
+    "Int8Quantizer",
+    "StructuredPruner",
+    "UnstructuredPruner",
+    "boundary_signature",
+    "sparseloom_register_compressors",
+    "zero_fraction",
+]
+
+
+@hookimpl
+def sparseloom_register_compressors(register: RegisterFn) -> None:
+    """Register the four built-in compressors under their kind names."""
+    register(
+        "unstructured", UnstructuredPruner,
+        description="magnitude pruning: zero the smallest Conv/Gemm/MatMul weights per layer",
+        capabilities=("unstructured",),
+    )
+    register(
+        "structured", StructuredPruner,
+        description="remove conv channels / FFN neurons inside a subgraph (shapes shrink)",
+        capabilities=("structured",),
+    )
+    register(
+        "int8", Int8Quantizer,
+        description="static INT8 QDQ quantization (per-channel weights, calibrated)",
+        capabilities=("int8",),
+    )
+    register(
+        "fp16", Fp16Converter,
+        description="float16 weights and compute with float32 boundaries",
+        capabilities=("fp16",),
+    )

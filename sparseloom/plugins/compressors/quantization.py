@@ -1,0 +1,230 @@
+"""Quantization compressors: static INT8 in QDQ form, and FP16 weights and compute.
+
+Both keep the subgraph's boundary tensors float32, so a quantized subgraph stitches with any
+other variant: INT8 places QuantizeLinear/DequantizeLinear pairs inside the graph only, FP16
+casts float32 boundaries to float16 on the way in and back on the way out. Both load on ONNX
+Runtime and OpenVINO (OpenVINO cannot read ORT's QOperator form; QDQ is the portable one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import CompressionError
+from sparseloom.plugins.compressors._common import check_boundaries, check_no_level, model_copy
+
+if TYPE_CHECKING:
+    import onnx
+
+    from sparseloom.core.protocols import Arrays
+
+CalibrationMethodName = Literal["minmax", "entropy", "percentile"]
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """Silence the quantizer's root-logger advice ("consider pre-processing ...")."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(previous)
+
+
+def _check_calibration(compressor: str, subgraph: onnx.ModelProto,
+                       calibration: Sequence[Arrays]) -> list[dict[str, np.ndarray]]:
+    initializers = {init.name for init in subgraph.graph.initializer}
+    names = [i.name for i in subgraph.graph.input if i.name not in initializers]
+    if not calibration:
+        raise CompressionError(
+            f"compressor {compressor!r} needs calibration batches (inputs {names} of this "
+            f"subgraph, computed by the dense prefix) and got none; pass at least one batch"
+        )
+    batches = []
+    for number, batch in enumerate(calibration):
+        missing = [n for n in names if n not in batch]
+        if missing:
+            raise CompressionError(
+                f"compressor {compressor!r}: calibration batch {number} lacks subgraph inputs "
+                f"{missing} (it has {sorted(batch)}); pass batches of this subgraph's inputs"
+            )
+        batches.append({n: np.ascontiguousarray(batch[n], dtype=np.float32) for n in names})
+    return batches
+
+
+def _rename_tensor(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+
+
+def _restore_boundary_names(original: onnx.ModelProto, quantized: onnx.ModelProto) -> None:
+    """Give boundary tensors back the names they had, if the quantizer renamed any."""
+    for side in ("input", "output"):
+        before = [v.name for v in getattr(original.graph, side)]
+        after = getattr(quantized.graph, side)
+        if len(after) != len(before):
+            continue  # check_boundaries reports it
+        for value, name in zip(after, before, strict=True):
+            if value.name != name:
+                _rename_tensor(quantized.graph, value.name, name)
+                value.name = name
+
+
+@attrs.define(eq=False)
+class Int8Quantizer:
+    """Static INT8 quantization in QDQ form with ONNX Runtime's quantizer.
+
+    Weights: int8, symmetric, per output channel. Activations: uint8 (U8S8, the fast path of
+    both ORT and OpenVINO on x86), ranges calibrated on the given batches. Only Conv, Gemm and
+    MatMul with a constant weight are quantized; Softmax, normalisations, attention masks and
+    every other op stay float32, which keeps masks with ±1e4 offsets exact.
+
+    ``reduce_range`` (default on) stores weights in 7 bits. On x86 CPUs without VNNI the u8×s8
+    kernels of ORT (and OpenVINO/oneDNN) add products pairwise in int16 and saturate; with full
+    8-bit weights the tiny test transformer's output error grew 10× (see docs/compressors.md).
+
+    ``level`` is meaningless here: ``default_levels`` is empty and ``compress`` takes
+    ``level=0.0``. ``calibration`` is required.
+
+    :param calibrate_method: ``minmax`` (default), ``entropy`` or ``percentile``; percentile
+        and entropy fail on constant inputs (an all-ones mask) and measured no better.
+    :param reduce_range: 7-bit weights to avoid int16 saturation (see above).
+    :param op_types: the op types to quantize.
+    :param max_calibration_batches: calibration batches used.
+    """
+
+    calibrate_method: CalibrationMethodName = attrs.field(
+        default="minmax", validator=attrs.validators.in_(("minmax", "entropy", "percentile"))
+    )
+    reduce_range: bool = True
+    op_types: tuple[str, ...] = attrs.field(default=("Conv", "Gemm", "MatMul"), converter=tuple)
+    max_calibration_batches: int = attrs.field(default=32, validator=attrs.validators.ge(1))
+    kind: str = attrs.field(default="int8", init=False)
+    default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
+
+    def compress(
+        self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays]
+    ) -> onnx.ModelProto:
+        """Return the QDQ-quantized copy of ``subgraph``; boundaries stay float32.
+
+        :raises CompressionError: if ``level`` is not 0.0, ``calibration`` is empty or lacks a
+            subgraph input, or the quantizer fails (the message says on which subgraph).
+        """
+        import tempfile
+        from pathlib import Path
+
+        import onnx
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+
+        check_no_level(self.kind, level)
+        batches = _check_calibration(self.kind, subgraph, calibration)
+        batches = batches[: self.max_calibration_batches]
+
+        class _Reader(CalibrationDataReader):  # type: ignore[misc]
+            def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
+                self._feeds = iter(feeds)
+
+            def get_next(self) -> Mapping[str, np.ndarray] | None:
+                return next(self._feeds, None)
+
+        method = {
+            "minmax": CalibrationMethod.MinMax,
+            "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile,
+        }[self.calibrate_method]
+        # The quantizer wants file paths (given a ModelProto it rewrites it in place).
+        with tempfile.TemporaryDirectory(prefix="sparseloom-int8-") as workdir:
+            source, target = Path(workdir) / "dense.onnx", Path(workdir) / "int8.onnx"
+            onnx.save(subgraph, str(source))
+            try:
+                with _quiet_quantizer():
+                    quantize_static(
+                        str(source), str(target), _Reader(batches),
+                        quant_format=QuantFormat.QDQ,
+                        op_types_to_quantize=list(self.op_types),
+                        per_channel=True,
+                        reduce_range=self.reduce_range,
+                        activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8,
+                        calibrate_method=method,
+                        extra_options={"MatMulConstBOnly": True},
+                    )
+            except Exception as error:
+                raise CompressionError(
+                    f"compressor {self.kind!r}: onnxruntime's quantize_static failed on subgraph "
+                    f"{subgraph.graph.name!r} ({type(error).__name__}: {error}); check that the "
+                    f"calibration batches are finite and that the subgraph runs on ORT CPU"
+                ) from error
+            quantized = onnx.load(str(target))
+        _restore_boundary_names(subgraph, quantized)
+        check_boundaries(self.kind, subgraph, quantized)
+        return quantized
+
+
+@attrs.define(eq=False)
+class Fp16Converter:
+    """FP16 weights and compute inside, float32 boundaries (Casts at the edges).
+
+    Uses ``onnxruntime.transformers.float16.convert_float_to_float16`` with
+    ``keep_io_types=True``. Ops in ORT's default block list (and ``keep_float32_ops``) stay
+    float32 with Casts around them. Constants beyond the float16 range (±65504) are clamped,
+    which the converter warns about. On ORT CPU most float16 kernels are missing, so ORT
+    inserts Casts back to float32 (no speed-up there); OpenVINO CPU runs its own inference
+    precision. The variant matters on GPUs and NPUs. ``level`` must be 0.0; calibration is not
+    used.
+
+    :param keep_float32_ops: extra op types to keep in float32 (e.g. ``("LayerNormalization",)``).
+    """
+
+    keep_float32_ops: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    kind: str = attrs.field(default="fp16", init=False)
+    default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
+
+    def compress(
+        self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays] = ()
+    ) -> onnx.ModelProto:
+        """Return the float16 copy of ``subgraph``; boundaries stay float32.
+
+        :raises CompressionError: if ``level`` is not 0.0 or the conversion fails.
+        """
+        import warnings
+
+        from onnxruntime.transformers.float16 import (
+            DEFAULT_OP_BLOCK_LIST,
+            convert_float_to_float16,
+        )
+
+        check_no_level(self.kind, level)
+        source = model_copy(subgraph)  # the converter edits its argument in place
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # clamping notices
+                converted = convert_float_to_float16(
+                    source,
+                    keep_io_types=True,
+                    op_block_list=[*DEFAULT_OP_BLOCK_LIST, *self.keep_float32_ops],
+                )
+        except Exception as error:
+            raise CompressionError(
+                f"compressor {self.kind!r}: float16 conversion failed on subgraph "
+                f"{subgraph.graph.name!r} ({type(error).__name__}: {error}); try keeping the "
+                f"failing op type in float32 with keep_float32_ops"
+            ) from error
+        _restore_boundary_names(subgraph, converted)
+        check_boundaries(self.kind, subgraph, converted)
+        return converted

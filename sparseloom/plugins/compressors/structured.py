@@ -1,0 +1,280 @@
+"""Structured pruning: remove whole channels / FFN neurons inside a subgraph.
+
+Which channels can go is decided by the channel-group analysis in
+:mod:`sparseloom.plugins.compressors._channel_groups`: a producer's output channels are
+prunable when every path from them ends in the next layer's weights (Conv → ReLU/BN/pool →
+Conv, Gemm/MatMul → GELU/ReLU → Gemm/MatMul, Conv → pool → Flatten → Gemm). Anything that is a
+subgraph output or feeds a residual Add, a Reshape, a normalisation or a Softmax keeps its
+channels, so boundary tensors never change shape. Removing a channel deletes the producer's
+output row, the matching bias/BN/constant entries and the next layer's input rows: real weight
+shapes and FLOPs shrink, which is where CPU speed-ups come from.
+
+Ranking, with calibration data (the normal case in the zoo): channel ``c`` scores
+``Σ_sinks std(a_c) · ‖W_sink[:, c]‖₂`` — the size of the change its removal makes to the next
+layer's output — and the removed channels' mean contribution ``W_sink[:, c] · mean(a_c)`` is
+folded into the next layer's bias. Without calibration data channels are ranked by the L1
+norm of the producer's weights (Li et al., 2017) and nothing is folded.
+
+Attention heads are not pruned: the head count is baked into Reshape shape constants that
+exporters compute in many different ways (Shape/Gather/Div chains), so head pruning on raw ONNX
+is fragile; FFN neurons and convolution channels carry most of the compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import CompressionError
+from sparseloom.plugins.compressors._channel_groups import (
+    Blocked,
+    ChannelGraph,
+    Group,
+    Sink,
+    attr,
+    constants_to_initializers,
+)
+from sparseloom.plugins.compressors._common import (
+    check_boundaries,
+    check_fraction_level,
+    model_copy,
+    replace_initializer,
+)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from sparseloom.core.protocols import Arrays
+
+#: Per sink tensor: mean and standard deviation of each feature on the channel axis.
+Stats = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+@attrs.define(eq=False)
+class StructuredPruner:
+    """Removes the least important channels / FFN neurons of every prunable group.
+
+    ``level`` is the fraction of each prunable group's channels removed (0 < level < 1): a
+    group of ``C`` channels loses ``min(C - 1, round(level * C))``. Calibration batches (this
+    subgraph's inputs) make the ranking data-aware and enable bias folding; they are optional.
+
+    A subgraph with nothing prunable raises :class:`CompressionError`; call :meth:`prunable`
+    first to skip such positions.
+
+    :param max_calibration_batches: calibration batches used for activation statistics.
+    """
+
+    max_calibration_batches: int = attrs.field(default=16, validator=attrs.validators.ge(1))
+    kind: str = attrs.field(default="structured", init=False)
+    default_levels: tuple[float, ...] = attrs.field(default=(0.25, 0.5), init=False)
+
+    def groups(self, subgraph: onnx.ModelProto) -> tuple[list[Group], list[str]]:
+        """The prunable channel groups of ``subgraph``, and why every other producer is not."""
+        model = model_copy(subgraph)
+        constants_to_initializers(model)
+        graph = ChannelGraph(model)
+        groups, reasons = [], []
+        for index, node in enumerate(model.graph.node):
+            try:
+                group = graph.producer_group(index)
+            except Blocked as blocked:
+                reasons.append(f"{node.op_type} {node.name!r}: {blocked}")
+                continue
+            if group is not None and group.channels >= 2:
+                groups.append(group)
+        return groups, reasons
+
+    def prunable(self, subgraph: onnx.ModelProto) -> bool:
+        """Whether ``subgraph`` has at least one channel group this pruner can shrink."""
+        return bool(self.groups(subgraph)[0])
+
+    def compress(
+        self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays] = ()
+    ) -> onnx.ModelProto:
+        """Return a copy of ``subgraph`` with ``level`` of each prunable group's channels removed.
+
+        :raises CompressionError: if ``level`` is not in (0, 1), or nothing in the subgraph can
+            be pruned at this level (the message lists why each producer keeps its channels).
+        """
+        import onnx
+
+        fraction = check_fraction_level(self.kind, level)
+        pruned = model_copy(subgraph)
+        constants_to_initializers(pruned)
+        _, reasons = self.groups(pruned)
+        batches = list(calibration)[: self.max_calibration_batches]
+        removed_any = False
+        for index in range(len(pruned.graph.node)):
+            graph = ChannelGraph(pruned)  # re-indexed: earlier groups changed weight shapes
+            try:
+                group = graph.producer_group(index)
+            except Blocked:
+                continue  # already in ``reasons``
+            if group is None:
+                continue
+            remove = min(group.channels - 1, round(fraction * group.channels))
+            if remove <= 0:
+                reasons.append(f"{group.producer!r}: {group.channels} channels, "
+                               f"{fraction:g} of them rounds to none")
+                continue
+            # Statistics of the model as pruned so far, so folded biases stay consistent.
+            stats = _activation_stats(pruned, group.sinks, batches) if batches else {}
+            scores = _scores(graph, group, stats)
+            keep = np.sort(np.argsort(scores, kind="stable")[remove:])
+            _apply(pruned, graph, group, keep, stats)
+            removed_any = True
+        if not removed_any:
+            raise CompressionError(
+                f"compressor {self.kind!r}: nothing in subgraph {subgraph.graph.name!r} can be "
+                f"pruned at level {level}; every producer keeps its channels: "
+                f"{'; '.join(reasons) or 'no Conv/Gemm/MatMul with a constant weight'}. "
+                f"Skip this position for structured pruning (check prunable() first)"
+            )
+        del pruned.graph.value_info[:]
+        pruned = onnx.shape_inference.infer_shapes(pruned)
+        onnx.checker.check_model(pruned)
+        check_boundaries(self.kind, subgraph, pruned)
+        return pruned
+
+
+def _feature_rows(array: np.ndarray, axis: int) -> np.ndarray:
+    """``array`` as (samples, features) with the channel axis (counted from the end) last."""
+    return np.moveaxis(array, array.ndim + axis, -1).reshape(-1, array.shape[axis])
+
+
+def _activation_stats(
+    model: onnx.ModelProto, sinks: Sequence[Sink], calibration: Sequence[Arrays]
+) -> Stats:
+    """Mean and std of every sink input's features over the calibration batches (ORT CPU)."""
+    import onnx
+    import onnxruntime as ort
+
+    instrumented = model_copy(model)
+    del instrumented.graph.value_info[:]  # stale once earlier groups were sliced
+    wanted = sorted({s.tensor: s.axis for s in sinks}.items())
+    known = {o.name for o in instrumented.graph.output}
+    instrumented.graph.output.extend(
+        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+        for name, _ in wanted if name not in known
+    )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        instrumented.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    feed_names = [i.name for i in session.get_inputs()]
+    sums: dict[str, list[np.ndarray]] = {}
+    for batch in calibration:
+        missing = [n for n in feed_names if n not in batch]
+        if missing:
+            raise CompressionError(
+                f"compressor 'structured': a calibration batch lacks subgraph inputs {missing} "
+                f"(it has {sorted(batch)}); pass batches of this subgraph's inputs"
+            )
+        values = session.run([n for n, _ in wanted], {n: batch[n] for n in feed_names})
+        for (name, axis), value in zip(wanted, values, strict=True):
+            rows = _feature_rows(value.astype(np.float64), axis)
+            total = sums.setdefault(name, [np.zeros(rows.shape[1]), np.zeros(rows.shape[1]),
+                                           np.zeros(1)])
+            total[0] += rows.sum(0)
+            total[1] += (rows**2).sum(0)
+            total[2] += rows.shape[0]
+    stats: Stats = {}
+    for name, (total, squares, count) in sums.items():
+        mean = total / count
+        stats[name] = (mean, np.sqrt(np.maximum(squares / count - mean**2, 0.0)))
+    return stats
+
+
+def _rows(keep: np.ndarray, block: int) -> np.ndarray:
+    return (keep[:, None] * block + np.arange(block)[None, :]).ravel()
+
+
+def _scores(graph: ChannelGraph, group: Group, stats: Stats) -> np.ndarray:
+    """Importance of each channel of ``group``: higher stays."""
+    if not stats or any(s.tensor not in stats for s in group.sinks):
+        weight_name, weight_axis, _ = group.edits[0]
+        weight = np.abs(graph.arrays[weight_name])
+        return weight.sum(axis=tuple(a for a in range(weight.ndim) if a != weight_axis))
+    scores = np.zeros(group.channels)
+    for sink in group.sinks:
+        weight = graph.arrays[sink.weight]
+        other_axes = tuple(a for a in range(weight.ndim) if a != sink.weight_axis)
+        column_norms = np.sqrt((weight.astype(np.float64) ** 2).sum(axis=other_axes))
+        impact = stats[sink.tensor][1] * column_norms
+        scores += impact.reshape(group.channels, sink.block).sum(1)
+    return scores
+
+
+def _apply(model: onnx.ModelProto, graph: ChannelGraph, group: Group, keep: np.ndarray,
+           stats: Stats) -> None:
+    """Fold removed channels into the sinks' biases, then slice to the ``keep`` channels."""
+    from onnx import helper
+
+    by_name = {init.name: init for init in model.graph.initializer}
+    removed = np.setdiff1d(np.arange(group.channels), keep)
+    for sink in group.sinks:
+        if sink.tensor in stats:
+            _fold_into_bias(model, graph, sink, _rows(removed, sink.block), stats[sink.tensor][0])
+            by_name = {init.name: init for init in model.graph.initializer}
+    for name, axis, block in group.edits:
+        replace_initializer(by_name[name], np.take(graph.arrays[name], _rows(keep, block), axis))
+    for index in group.depthwise:
+        node = model.graph.node[index]
+        kept = [a for a in node.attribute if a.name != "group"]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("group", len(keep))])
+
+
+def _fold_into_bias(model: onnx.ModelProto, graph: ChannelGraph, sink: Sink,
+                    removed_rows: np.ndarray, mean: np.ndarray) -> None:
+    """Add the removed features' mean contribution to the sink's output bias, if it has one."""
+    from onnx import numpy_helper
+
+    node = model.graph.node[sink.node]
+    weight = graph.arrays[sink.weight].astype(np.float64)
+    taken = np.moveaxis(np.take(weight, removed_rows, axis=sink.weight_axis), sink.weight_axis, 0)
+    # Contract removed input features with their means; sum any kernel dims (Conv).
+    delta = np.tensordot(mean[removed_rows], taken, axes=(0, 0))
+    if delta.ndim > 1:
+        delta = delta.reshape(delta.shape[0], -1).sum(1)
+    if node.op_type == "Gemm":
+        delta *= float(attr(node, "alpha", 1.0))
+        beta = float(attr(node, "beta", 1.0))
+        if beta == 0.0:
+            return
+        delta /= beta
+        bias_name = node.input[2] if len(node.input) > 2 else ""
+    elif node.op_type == "Conv":
+        bias_name = node.input[2] if len(node.input) > 2 else ""
+    else:  # MatMul: its bias is a following Add with a constant, if there is exactly one
+        consumers = graph.consumers.get(node.output[0], [])
+        adds = [model.graph.node[i] for i, _ in consumers
+                if model.graph.node[i].op_type == "Add"]
+        constants = [n for a in adds for n in a.input if graph.const(n) is not None]
+        if len(consumers) != 1 or len(constants) != 1:
+            return
+        bias_name = constants[0]
+    if bias_name and graph.uses[bias_name] != 1:
+        return
+    if not bias_name:
+        bias_name = f"{sink.weight}__pruned_bias"
+        while len(node.input) < 2:
+            node.input.append("")
+        if len(node.input) == 2:
+            node.input.append(bias_name)
+        else:
+            node.input[2] = bias_name
+        model.graph.initializer.append(numpy_helper.from_array(
+            delta.astype(np.float32), bias_name))
+        graph.arrays[bias_name] = delta.astype(np.float32)
+        graph.uses[bias_name] = 1
+        return
+    bias = graph.arrays[bias_name]
+    updated = (bias.astype(np.float64) + delta).astype(np.float32)
+    graph.arrays[bias_name] = updated
+    init = next(i for i in model.graph.initializer if i.name == bias_name)
+    replace_initializer(init, updated)

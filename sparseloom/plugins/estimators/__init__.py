@@ -1,0 +1,1 @@
+"""Built-in estimators: ``additive`` latency, ``xgboost`` and ``lightgbm`` accuracy."""

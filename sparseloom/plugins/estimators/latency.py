@@ -1,0 +1,122 @@
+"""Latency estimators: ``additive`` (the paper's model plus hand-offs) and ``additive-fitted``.
+
+``additive`` is SparseLoom's Lat(v, p) ≈ Σ_j Lat(s_j, p_j) over the per-subgraph medians of
+the profile table, plus (our addition) the measured hand-off cost of every boundary for the
+processor pair that meets there. ``additive-fitted`` learns a per-task linear correction
+``a · additive + b`` from measured chained runs, for runtimes whose chains are systematically
+faster or slower than their parts (cache warmth, thread wake-ups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sparseloom.core.errors import ProfileError
+from sparseloom.core.hookspecs import RegisterFn, hookimpl
+
+if TYPE_CHECKING:
+    from sparseloom.core.profile_table import ProfileTable
+    from sparseloom.core.types import StitchedVariant
+
+
+class AdditiveLatencyEstimator:
+    """Sum of per-subgraph median latencies on their processors, plus hand-off costs.
+
+    :param include_handoff: add the measured boundary hand-off costs (``False`` gives the
+        paper's pure additive model).
+    """
+
+    name = "additive"
+
+    def __init__(self, *, include_handoff: bool = True) -> None:
+        self.include_handoff = include_handoff
+
+    def predict(
+        self, stitched: StitchedVariant, order: Sequence[str], profile: ProfileTable
+    ) -> float:
+        """Estimated end-to-end latency in ms of ``stitched`` under processor ``order``."""
+        return float(self.predict_many(stitched.task, [stitched.choices], [order], profile)[0])
+
+    def predict_many(
+        self,
+        task: str,
+        choices: np.ndarray | Sequence[Sequence[int]],
+        orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
+        profile: ProfileTable,
+    ) -> np.ndarray:
+        """Vectorised :meth:`predict`: ``choices`` (n, S) under ``orders`` (n, S) or (S,)."""
+        table = profile.task(task)
+        return table.latency(
+            np.atleast_2d(choices), profile.order_indices(orders),
+            include_handoff=self.include_handoff,
+        )
+
+
+class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
+    """The additive model with a per-task linear correction fitted on measured chains.
+
+    Call :meth:`fit` with measured end-to-end latencies of some stitched variants; until then
+    it predicts exactly like ``additive``.
+    """
+
+    name = "additive-fitted"
+
+    def __init__(self, *, include_handoff: bool = True, min_samples: int = 5) -> None:
+        super().__init__(include_handoff=include_handoff)
+        self.min_samples = min_samples
+        self.coefficients: dict[str, tuple[float, float]] = {}
+
+    def fit(
+        self,
+        task: str,
+        choices: np.ndarray | Sequence[Sequence[int]],
+        orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
+        measured_ms: np.ndarray | Sequence[float],
+        profile: ProfileTable,
+    ) -> None:
+        """Fit ``measured ≈ a · additive + b`` for ``task`` by least squares."""
+        additive = super().predict_many(task, choices, orders, profile)
+        measured = np.asarray(measured_ms, dtype=np.float64).ravel()
+        if measured.size != additive.size:
+            raise ProfileError(
+                f"{self.name}: {additive.size} variants but {measured.size} measured latencies"
+            )
+        if measured.size < self.min_samples:
+            raise ProfileError(
+                f"{self.name}: too few measured chains for task {task!r} ({measured.size}, "
+                f"need {self.min_samples}); measure more stitched variants"
+            )
+        design = np.stack([additive, np.ones_like(additive)], axis=1)
+        (scale, offset), *_ = np.linalg.lstsq(design, measured, rcond=None)
+        self.coefficients[task] = (float(scale), float(offset))
+
+    def predict_many(
+        self,
+        task: str,
+        choices: np.ndarray | Sequence[Sequence[int]],
+        orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
+        profile: ProfileTable,
+    ) -> np.ndarray:
+        """The corrected additive estimate (the plain one for tasks not fitted)."""
+        scale, offset = self.coefficients.get(task, (1.0, 0.0))
+        return scale * super().predict_many(task, choices, orders, profile) + offset
+
+
+@hookimpl
+def sparseloom_register_estimators(register: RegisterFn) -> None:
+    """Register the ``additive`` and ``additive-fitted`` latency estimators."""
+    register(
+        "additive",
+        AdditiveLatencyEstimator,
+        description="Σ per-subgraph median latency on its processor + measured hand-offs",
+        capabilities=("latency",),
+    )
+    register(
+        "additive-fitted",
+        FittedAdditiveLatencyEstimator,
+        description="additive, with a per-task linear correction fitted on measured chains",
+        capabilities=("latency",),
+    )

@@ -1,0 +1,253 @@
+"""The OpenVINO backend on real tiny models: same outputs as ORT, pinning, parallelism, errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import attrs
+import numpy as np
+import pytest
+
+from sparseloom.core.errors import BackendError, DeviceFallbackError
+from sparseloom.core.processors import get_backend, get_processor
+from sparseloom.core.types import Processor
+from tests.plugins.backends import models
+
+
+@pytest.fixture(scope="module")
+def ov():
+    return get_backend("ov")
+
+
+def _load(backend, path, spec):
+    processor = get_processor(spec)
+    return backend.load(backend.compile(path, processor), processor)
+
+
+@pytest.fixture(scope="module")
+def conv_pair(ov, model_files):
+    """The conv net loaded on ov:CPU and on ort:CPU."""
+    ort = get_backend("ort")
+    pair = {"ov": (ov, _load(ov, model_files["conv"], "ov:CPU")),
+            "ort": (ort, _load(ort, model_files["conv"], "ort:CPU"))}
+    yield pair
+    for backend, loaded in pair.values():
+        backend.unload(loaded)
+
+
+def test_discovers_cpu_processor(ov):
+    cpu = next(p for p in ov.devices() if p.name == "ov:CPU")
+    assert cpu.available and cpu.full_name
+
+
+def test_cpu_config_disables_openvino_pinning(ov, conv_pair):
+    loaded = conv_pair["ov"][1]
+    assert loaded.handle.get_property("ENABLE_CPU_PINNING") is False
+    assert loaded.handle.get_property("INFERENCE_NUM_THREADS") == 1
+    assert loaded.executed_by == ("CPU",)
+    assert 0 <= loaded.memory_bytes < 256 * 2**20
+
+
+@pytest.mark.parametrize(("name", "input_name", "shape"),
+                         [("conv", "image", (4, 3, 16, 16)), ("transformer", "x", (3, 8, 16))])
+def test_same_outputs_as_onnxruntime(ov, model_files, name, input_name, shape):
+    ort = get_backend("ort")
+    inputs = {input_name: np.random.default_rng(7).standard_normal(shape).astype(np.float32)}
+    results = []
+    for backend, spec in ((ov, "ov:CPU"), (ort, "ort:CPU")):
+        loaded = _load(backend, model_files[name], spec)
+        try:
+            results.append(backend.infer(loaded, inputs))
+        finally:
+            backend.unload(loaded)
+    (output,) = results[0]
+    np.testing.assert_allclose(results[0][output], results[1][output], rtol=1e-4, atol=1e-4)
+
+
+def test_worker_threads_are_pinned_to_the_processor_cores(conv_pair):
+    for _, loaded in conv_pair.values():
+        cores = loaded.executor.submit(os.sched_getaffinity, 0).result()
+        assert cores == set(loaded.processor.cores)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_default_cpu_processors_use_disjoint_cores(conv_pair):
+    ov_cores = set(conv_pair["ov"][1].processor.cores)
+    ort_cores = set(conv_pair["ort"][1].processor.cores)
+    assert ov_cores and ort_cores and not ov_cores & ort_cores
+
+
+def test_two_processors_in_parallel_give_the_serial_results(conv_pair):
+    # Correctness of concurrent requests on both processors; the speed-up is benchmarked by
+    # `sparseloom bench backends`, not asserted here.
+    rng = np.random.default_rng(11)
+    batches = [{"image": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+               for _ in range(8)]
+    serial = {key: [b.infer(m, x)["logits"] for x in batches]
+              for key, (b, m) in conv_pair.items()}
+    futures = {key: [b.infer_async(m, x) for x in batches] for key, (b, m) in conv_pair.items()}
+    for key, pending in futures.items():
+        for expected, future in zip(serial[key], pending, strict=True):
+            np.testing.assert_array_equal(future.result(timeout=60)["logits"], expected)
+
+
+def test_async_futures_from_several_threads(ov, conv_pair):
+    loaded = conv_pair["ov"][1]
+    reference = conv_pair["ort"]
+    failures: list[str] = []
+
+    def client(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        xs = [{"image": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+              for _ in range(6)]
+        futures = [ov.infer_async(loaded, x) for x in xs]
+        for x, future in zip(xs, futures, strict=True):
+            want = reference[0].infer(reference[1], x)["logits"]
+            if not np.allclose(future.result(timeout=60)["logits"], want, atol=1e-4):
+                failures.append(f"client {seed}")
+
+    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_streams_run_requests_concurrently_with_one_request_each(ov, model_files):
+    loaded = _load(ov, model_files["linear"], "ov:CPU?streams=2")
+    try:
+        weight, bias = models.linear_weights()
+        xs = [np.full((1, 6), i, np.float32) for i in range(12)]
+        futures = [ov.infer_async(loaded, {"x": x}) for x in xs]
+        for x, future in zip(xs, futures, strict=True):
+            np.testing.assert_allclose(future.result(timeout=60)["y"], x @ weight + bias,
+                                       rtol=1e-5, atol=1e-4)
+    finally:
+        ov.unload(loaded)
+
+
+def test_wrong_input_dtype_fails_through_the_future(ov, conv_pair):
+    future = ov.infer_async(conv_pair["ov"][1], {"image": np.zeros((1, 3, 16, 16), np.int64)})
+    error = future.exception(timeout=30)
+    assert isinstance(error, BackendError)
+    assert "input 'image' has dtype int64, expected float32" in str(error)
+
+
+def test_model_the_device_cannot_compile_is_one_clear_error(ov, model_files, backend_errors):
+    with pytest.raises(BackendError) as caught:
+        ov.compile(model_files["contrib"], get_processor("ov:CPU"))
+    message = str(caught.value)
+    assert "compile on ov:CPU failed" in message and "com.microsoft.Inverse" in message
+    assert "src/" not in message  # OpenVINO's source locations are dropped
+    assert backend_errors[-1][:2] == ("ov:CPU", "compile")
+
+
+def test_supports_asks_openvino(ov):
+    cpu = get_processor("ov:CPU")
+    assert ov.supports("Relu", cpu) and ov.supports("Conv", cpu) and ov.supports("Gelu", cpu)
+    assert not ov.supports("NoSuchOperator", cpu)
+    assert not ov.supports("Inverse", cpu, domain="com.microsoft")
+
+
+def _as_if_on(device: str, ov, monkeypatch):
+    """A processor named for ``device`` whose model OpenVINO really compiles for the CPU: what
+    a silent fallback looks like from the outside."""
+    real = ov._compile_model
+
+    def compile_on_cpu(path, processor):
+        return real(path, attrs.evolve(processor, device="CPU"))
+
+    monkeypatch.setattr(ov, "_compile_model", compile_on_cpu)
+    return Processor(f"ov:{device}", "ov", device, cores=get_processor("ov:CPU").cores)
+
+
+def test_gpu_request_that_runs_on_cpu_is_refused(ov, model_files, monkeypatch, backend_errors):
+    gpu = _as_if_on("GPU.0", ov, monkeypatch)
+    with pytest.raises(DeviceFallbackError, match=r"asked for device 'GPU\.0' but the runtime "
+                                                  r"runs the model on CPU"):
+        ov.compile(model_files["linear"], gpu)
+    assert backend_errors[-1][:2] == ("ov:GPU.0", "compile")
+    tolerant = attrs.evolve(gpu, options={"on_fallback": "warn"})
+    with pytest.warns(RuntimeWarning):
+        compiled = ov.compile(model_files["linear"], tolerant)
+    with pytest.raises(DeviceFallbackError, match="silent fallback"):
+        ov.load(compiled, gpu)
+    assert backend_errors[-1][:2] == ("ov:GPU.0", "load")
+
+
+def test_tolerated_fallback_reports_the_real_device(ov, model_files, monkeypatch):
+    npu = attrs.evolve(_as_if_on("NPU", ov, monkeypatch), options={"on_fallback": "warn"})
+    with pytest.warns(RuntimeWarning, match="silent fallback"):
+        compiled = ov.compile(model_files["linear"], npu)
+    with pytest.warns(RuntimeWarning, match="silent fallback"):
+        loaded = ov.load(compiled, npu)
+    try:
+        assert loaded.processor.name == "ov:CPU" and loaded.requested.name == "ov:NPU"
+        x = np.ones((1, 6), np.float32)
+        weight, bias = models.linear_weights()
+        np.testing.assert_allclose(ov.infer(loaded, {"x": x})["y"], x @ weight + bias,
+                                   rtol=1e-5, atol=1e-4)
+    finally:
+        ov.unload(loaded)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["GPU", "NPU"])
+def test_accelerator_outputs_match_cpu(ov, model_files, kind):
+    found = [p for p in ov.devices() if p.device.split(".")[0] == kind and p.available]
+    if not found:
+        pytest.skip(f"no OpenVINO {kind} device here (available: {ov.core.available_devices})")
+    inputs = {"x": np.random.default_rng(0).standard_normal((2, 8, 16)).astype(np.float32)}
+    outputs = []
+    for processor in (get_processor("ov:CPU"), found[0]):
+        loaded = ov.load(ov.compile(model_files["transformer"], processor), processor)
+        try:
+            assert not loaded.fell_back
+            start = time.perf_counter()
+            outputs.append(ov.infer(loaded, inputs)["hidden"])
+            assert time.perf_counter() - start < 60
+        finally:
+            ov.unload(loaded)
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=2e-2, atol=2e-2)
+
+
+def _thread_cpu_ticks() -> dict[str, tuple[int, frozenset[int]]]:
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            ticks[tid] = (int(fields[11]) + int(fields[12]),
+                          frozenset(os.sched_getaffinity(int(tid))))
+        except (OSError, ProcessLookupError):
+            continue
+    return ticks
+
+
+@pytest.mark.parametrize("spec", ["ov:CPU", "ort:CPU"])
+def test_compute_runs_on_threads_pinned_to_the_processor(spec):
+    # The pinning is measured, not assumed: the CPU time the requests cost must be spent by
+    # threads confined to the processor's cores (OpenVINO's own threads included).
+    from sparseloom.core.inference import load_model
+    from sparseloom.plugins.backends._bench import conv_model
+
+    if not os.path.exists("/proc/self/task"):
+        pytest.skip("needs Linux /proc to read per-thread CPU time")
+    backend, loaded = load_model(conv_model(32), spec)
+    try:
+        x = {"x": np.random.default_rng(0).standard_normal((1, 32, 32, 32)).astype(np.float32)}
+        before = _thread_cpu_ticks()
+        for future in [backend.infer_async(loaded, x) for _ in range(80)]:
+            future.result(timeout=60)
+        after = _thread_cpu_ticks()
+    finally:
+        backend.unload(loaded)
+    cores = frozenset(loaded.processor.cores)
+    spent = {tid: ticks - before.get(tid, (0, None))[0] for tid, (ticks, _) in after.items()}
+    total = sum(spent.values())
+    pinned = sum(t for tid, t in spent.items() if after[tid][1] <= cores)
+    assert total > 0
+    assert pinned >= 0.8 * total, (pinned, total, after)
