@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sparseloom.cli.bench",
     "sparseloom.cli.workloads",
     "sparseloom.cli.zoo",
+    "sparseloom.cli.profile",
 )
 
 

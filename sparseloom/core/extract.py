@@ -20,7 +20,7 @@ import onnx
 from onnx import helper
 
 from sparseloom.core.errors import ZooError
-from sparseloom.core.graph import PRODUCER, as_tuple, node_inputs
+from sparseloom.core.graph import PRODUCER, as_tuple, node_inputs, topological_sort
 
 
 @attrs.frozen
@@ -163,6 +163,7 @@ def merge_chain(pieces: Sequence[onnx.ModelProto], *, name: str = "stitched") ->
     for position, piece in enumerate(pieces):
         prefixed = _prefix_internal(piece, f"p{position}/")
         prefixed.ir_version = ir_version
+        topological_sort(prefixed.graph)
         if merged is None:
             merged = prefixed
             continue

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -229,6 +230,42 @@ def _name_nodes(graph: onnx.GraphProto) -> None:
             while node.name in seen:
                 node.name += "_"
         seen.add(node.name)
+
+
+def topological_sort(graph: onnx.GraphProto) -> None:
+    """Reorder ``graph``'s nodes in place so every node follows its inputs' producers.
+
+    Stable: an already sorted graph keeps its order. Tools such as float16 converters append
+    nodes at the end; ONNX Runtime accepts that, ``onnx.checker`` and other tools do not.
+    """
+    nodes = list(graph.node)
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output if name}
+    waiting = [0] * len(nodes)
+    consumers: dict[int, list[int]] = {}
+    for index, node in enumerate(nodes):
+        for dependency in {producer[n] for n in node_inputs(node) if n in producer}:
+            if dependency != index:
+                waiting[index] += 1
+                consumers.setdefault(dependency, []).append(index)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for consumer in consumers.get(index, []):
+            waiting[consumer] -= 1
+            if waiting[consumer] == 0:
+                heapq.heappush(ready, consumer)
+    if len(order) != len(nodes):
+        raise ZooError(f"graph {graph.name!r} has a cycle; it cannot be ordered")
+    if order == list(range(len(nodes))):
+        return
+    copies = [onnx.NodeProto() for _ in order]
+    for copy, index in zip(copies, order, strict=True):
+        copy.CopyFrom(nodes[index])
+    del graph.node[:]
+    graph.node.extend(copies)
 
 
 def _reorder_depth_first(graph: onnx.GraphProto) -> None:

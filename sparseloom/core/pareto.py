@@ -51,7 +51,9 @@ def measure_subgraph_latencies(
 ) -> np.ndarray:
     """Median batch-1 latency in ms of every subgraph, shape ``(S, V)``.
 
-    Position ``j`` runs on ``order[j]`` (one processor per position).
+    Position ``j`` runs on ``order[j]`` (one processor per position). Every subgraph is loaded
+    first, then timed once per round, round after round, so that a burst of load from other
+    processes spreads over all subgraphs instead of skewing one.
     """
     from tqdm import tqdm
 
@@ -62,24 +64,32 @@ def measure_subgraph_latencies(
         raise ConfigError(f"runs must be at least 1, got {runs}")
     processors = placement(list(order), zoo.positions)
     feeds = dense_activations(zoo, task)
-    count = len(zoo.variants)
-    latencies = np.zeros((zoo.positions, count))
-    cells = list(itertools.product(range(zoo.positions), range(count)))
-    for position, variant in tqdm(cells, desc=f"{zoo.task}: timing subgraphs", unit="subgraph",
-                                  disable=not progress, leave=False):
-        backend, loaded = load_model(str(zoo.subgraph_path(position, variant)),
-                                     processors[position])
-        try:
+    cells = list(itertools.product(range(zoo.positions), range(len(zoo.variants))))
+    loaded: dict[tuple[int, int], tuple[Any, Any]] = {}
+    samples: dict[tuple[int, int], list[float]] = {cell: [] for cell in cells}
+    bar = tqdm(total=len(cells) * (1 + runs), desc=f"{zoo.task}: timing subgraphs",
+               unit="run", disable=not progress, leave=False)
+    try:
+        for position, variant in cells:
+            backend, model = load_model(str(zoo.subgraph_path(position, variant)),
+                                        processors[position])
+            loaded[(position, variant)] = (backend, model)
             for _ in range(warmup):
-                backend.infer(loaded, feeds[position])
-            samples = []
-            for _ in range(runs):
+                backend.infer(model, feeds[position])
+            bar.update(1)
+        for _ in range(runs):
+            for (position, variant), (backend, model) in loaded.items():
                 started = time.perf_counter()
-                backend.infer(loaded, feeds[position])
-                samples.append((time.perf_counter() - started) * 1e3)
-        finally:
-            backend.unload(loaded)
-        latencies[position, variant] = float(np.median(samples))
+                backend.infer(model, feeds[position])
+                samples[(position, variant)].append((time.perf_counter() - started) * 1e3)
+                bar.update(1)
+    finally:
+        bar.close()
+        for backend, model in loaded.values():
+            backend.unload(model)
+    latencies = np.zeros((zoo.positions, len(zoo.variants)))
+    for (position, variant), values in samples.items():
+        latencies[position, variant] = float(np.median(values))
     return latencies
 
 

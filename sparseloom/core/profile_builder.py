@@ -130,6 +130,7 @@ def build_profile(
     resolve_backend: BackendResolver | None = None,
     zoos: Mapping[str, Any] | None = None,
     strict: bool = False,
+    cache_root: str | os.PathLike[str] | None = None,
 ) -> ProfileTable:
     """Measure and estimate the profile table of ``workload`` (a name, path or Workload).
 
@@ -139,6 +140,7 @@ def build_profile(
     :param zoos: prebuilt zoos by task name (default: built or loaded from the cache).
     :param strict: raise :class:`ProfileError` when any subgraph failed (the partial profile
         is saved first); otherwise failures are listed in ``table.meta["failures"]``.
+    :param cache_root: where profiles are cached (default ``cache_dir()/profiles``).
     """
     from sparseloom.core.workload import load_workload
 
@@ -156,7 +158,7 @@ def build_profile(
     key = {"sparseloom": __version__, "zoos": {n: z.hash for n, z in task_zoos.items()},
            "processors": [processor_key(p) for p in chosen],
            "profiler": options.config.cache_key(), "evaluation": options.evaluation_processor}
-    store = ProfileStore.for_key(loaded.name, key, enabled=use_cache)
+    store = ProfileStore.for_key(loaded.name, key, enabled=use_cache, root=cache_root)
     table = ProfileTable(loaded.name, [p.name for p in chosen], meta={
         "zoo_hashes": key["zoos"], "processor_config": key["processors"],
         "profiler": key["profiler"], "cache_directory": str(store.directory),

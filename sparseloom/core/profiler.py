@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 BackendResolver = Callable[[Processor], Any]
 
 
+#: Latency statistics a profile can record, by the percentile of the timed rounds they take.
+STATISTICS: dict[str, float] = {"median": 50.0, "p25": 25.0, "p10": 10.0, "min": 0.0}
+
+
 @attrs.frozen
 class ProfilerConfig:
     """How latencies are measured.
@@ -42,15 +46,27 @@ class ProfilerConfig:
     Attributes:
         warmup: untimed runs of every subgraph before timing.
         repeats: timed rounds (one run of every subgraph and hand-off pair per round).
+        statistic: what of the rounds a latency records (``median`` by default). On a machine
+            shared with other jobs the noise is one-sided (pre-emption only ever adds time), and
+            a lower percentile (``p25``) tracks the undisturbed latency more stably; the same
+            statistic is used for subgraphs, hand-offs and validation chains.
     """
 
     warmup: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     repeats: int = attrs.field(default=20, validator=attrs.validators.ge(3))
+    statistic: str = attrs.field(default="median",
+                                 validator=attrs.validators.in_(tuple(STATISTICS)))
 
-    def cache_key(self) -> dict[str, int]:
+    def cache_key(self) -> dict[str, Any]:
         """What of this config changes the measurements (part of the profile cache key)."""
         return {"warmup": self.warmup, "repeats": self.repeats, "batch_size": 1,
-                "schedule": 2}
+                "schedule": 2, "statistic": self.statistic}
+
+    def reduce(self, samples: np.ndarray) -> float:
+        """The configured statistic of ``samples`` (NaN when empty)."""
+        if samples.size == 0:
+            return float("nan")
+        return float(np.percentile(samples, STATISTICS[self.statistic]))
 
 
 @attrs.frozen
@@ -84,7 +100,8 @@ class SubgraphJob:
 class TaskMeasurement:
     """Measurements of one task's subgraphs on every processor (arrays are (S, V, P)).
 
-    ``handoff_ms`` is (S-1, P, P); cells that could not be measured are NaN.
+    ``handoff_ms`` is (S-1, P, P); ``chain_ms`` the median of each validation chain; cells
+    that could not be measured are NaN.
     """
 
     latency_ms: np.ndarray
@@ -94,6 +111,7 @@ class TaskMeasurement:
     memory_bytes: np.ndarray
     handoff_ms: np.ndarray
     failures: list[ProfileFailure]
+    chain_ms: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays, for an ``.npz`` cache file."""
@@ -119,29 +137,48 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return result, (time.perf_counter() - start) * 1e3
 
 
-def _summary(samples: np.ndarray) -> tuple[float, float]:
-    if samples.size == 0 or not np.all(np.isfinite(samples)):
-        return float("nan"), float("nan")
-    q25, q50, q75 = np.percentile(samples, [25, 50, 75])
-    return float(q50), float(q75 - q25)
+def _spread(samples: np.ndarray) -> float:
+    """Inter-quartile range of ``samples``."""
+    q25, q75 = np.percentile(samples, [25, 75])
+    return float(q75 - q25)
+
+
+def _handoff(pair: dict[int, float], first: dict[int, float], second: dict[int, float],
+             config: ProfilerConfig) -> float:
+    """Hand-off cost: what the chained pair takes beyond its two subgraphs alone.
+
+    For the median, the median over rounds of ``pair − first − second`` of the same round
+    (which cancels the load level each round ran under); for a low percentile, that
+    percentile of the pair minus those of the two subgraphs (a percentile of differences
+    would mix a fast run of one with a slow run of the other).
+    """
+    if config.statistic != "median":
+        return config.reduce(np.asarray(list(pair.values()))) - config.reduce(
+            np.asarray(list(first.values()))) - config.reduce(np.asarray(list(second.values())))
+    residuals = [value - first[r] - second[r] for r, value in pair.items()
+                 if r in first and r in second]
+    return config.reduce(np.asarray(residuals)) if residuals else float("nan")
+
+
+Item = tuple[Any, ...]
+Chain = tuple[Sequence[int], Sequence[int]]
 
 
 def _schedule(
-    items: Sequence[tuple[int, ...]], processor_of: Callable[[tuple[int, ...]], int],
-    rng: np.random.Generator,
-) -> list[tuple[int, ...]]:
+    items: Sequence[Item], processor_of: Callable[[Item], int], rng: np.random.Generator
+) -> list[Item]:
     """One round: each processor's items shuffled, then dealt round-robin across processors.
 
     Consecutive runs then alternate between processors, as the positions of a chain do, so
     each timing includes the wake-up of a processor that was idle while another worked.
     """
-    queues: dict[int, list[tuple[int, ...]]] = {}
+    queues: dict[int, list[Item]] = {}
     for item in items:
         queues.setdefault(processor_of(item), []).append(item)
     for queue in queues.values():
         rng.shuffle(queue)  # type: ignore[arg-type]
     owners = [int(p) for p in rng.permutation(sorted(queues))]
-    order: list[tuple[int, ...]] = []
+    order: list[Item] = []
     while any(queues.values()):
         for owner in owners:
             if queues[owner]:
@@ -156,27 +193,33 @@ def measure_task(
     resolve_backend: BackendResolver,
     config: ProfilerConfig,
     *,
+    chains: Sequence[Chain] = (),
     seed: int = 0,
     tick: Callable[[int], None] | None = None,
 ) -> TaskMeasurement:
     """Compile, load and time every job on every processor, and every boundary's hand-off.
 
-    Singles ``(j, v, p)`` and dense pairs ``(j, a, b)`` (position ``j`` on ``a`` feeding
-    ``j + 1`` on ``b``) are timed in the same interleaved rounds. ``tick(n)`` reports progress
-    (one per loaded subgraph, one per round). Failures are recorded with the subgraph and
-    processor; that subgraph's cells stay NaN and everything else is measured.
+    Items timed in the same interleaved rounds: singles ``("s", j, v, p)``; dense hand-off
+    pairs ``("h", j, a, b)`` (position ``j`` on ``a`` feeding ``j + 1`` on ``b``); and, for
+    validation, whole ``chains`` ``(choices, order)`` run exactly as
+    :class:`~sparseloom.core.stitch.StitchedModel` runs a request. ``tick(n)`` reports
+    progress. Failures are recorded with the subgraph and processor; their cells stay NaN.
     """
+    from sparseloom.core.stitch import StitchedModel
+    from sparseloom.core.types import StitchedVariant
+
     positions = 1 + max(job.position for job in jobs)
     variants = 1 + max(job.variant for job in jobs)
     count = len(processors)
     shape = (positions, variants, count)
     result = TaskMeasurement(
         *(np.full(shape, np.nan) for _ in range(4)), np.zeros(shape, dtype=np.int64),
-        np.full((max(positions - 1, 0), count, count), np.nan), [])
+        np.full((max(positions - 1, 0), count, count), np.nan), [],
+        np.full(len(chains), np.nan))
     by_key = {(job.position, job.variant): job for job in jobs}
     tick = tick or (lambda _: None)
     loaded: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-    failed: set[tuple[int, ...]] = set()
+    failed: set[Item] = set()
 
     def fail(j: int, v: int, where: str, operation: str, error: BaseException) -> None:
         failure = ProfileFailure(task, j, v, where, operation, _describe(error))
@@ -201,47 +244,66 @@ def measure_task(
                 except Exception as error:
                     operation = "warm-up infer" if key in loaded else "compile/load"
                     fail(job.position, job.variant, processor.name, operation, error)
-                    failed.add(key)
+                    failed.add(("s", *key))
                 tick(1)
-        singles = [key for key in loaded if key not in failed]
-        pairs = [(j, a, b, -1) for j in range(positions - 1) for a in range(count)
-                 for b in range(count) if (j, 0, a) in singles and (j + 1, 0, b) in singles]
-        samples: dict[tuple[int, ...], list[float]] = {item: [] for item in singles + pairs}
-        rng = np.random.default_rng(seed)
+        live = {key for key in loaded if ("s", *key) not in failed}
+        items: list[Item] = [("s", *key) for key in sorted(live)]
+        items += [("h", j, a, b) for j in range(positions - 1) for a in range(count)
+                  for b in range(count) if {(j, 0, a), (j + 1, 0, b)} <= live]
+        models: dict[int, Any] = {}
+        for index, (choices, order) in enumerate(chains):
+            keys = [(j, int(v), int(p))
+                    for j, (v, p) in enumerate(zip(choices, order, strict=True))]
+            if set(keys) <= live:
+                models[index] = StitchedModel(
+                    StitchedVariant(task, tuple(int(c) for c in choices)),
+                    tuple(processors[int(p)].name for p in order), [loaded[k] for k in keys])
+                items.append(("c", index, int(order[0])))
+        first_inputs = by_key[0, 0].inputs
 
-        def run(item: tuple[int, ...]) -> float:
-            if len(item) == 3:
-                backend, handle = loaded[item]  # type: ignore[index]
-                inputs = by_key[item[0], item[1]].inputs
+        def run(item: Item) -> float:
+            if item[0] == "s":
+                backend, handle = loaded[item[1:]]
+                inputs = by_key[item[1], item[2]].inputs
                 return _timed(lambda: backend.infer(handle, inputs))[1]
-            j, a, b, _ = item
+            if item[0] == "c":
+                return _timed(lambda: models[item[1]].run_once(first_inputs))[1]
+            _, j, a, b = item
             (first_backend, first), (second_backend, second) = loaded[j, 0, a], loaded[j + 1, 0, b]
-            first_inputs, second_inputs = by_key[j, 0].inputs, by_key[j + 1, 0].inputs
+            first_feed, second_feed = by_key[j, 0].inputs, by_key[j + 1, 0].inputs
             return _timed(lambda: second_backend.infer(second, chain_inputs(
-                first_backend.infer(first, first_inputs), second_inputs)))[1]
+                first_backend.infer(first, first_feed), second_feed)))[1]
 
-        for _ in range(config.repeats):
-            for item in _schedule(list(samples), lambda i: i[2] if len(i) == 3 else i[1], rng):
+        samples: dict[Item, dict[int, float]] = {item: {} for item in items}
+        rng = np.random.default_rng(seed)
+        for round_index in range(-config.warmup if chains else 0, config.repeats):
+            for item in _schedule(items, lambda i: i[-1] if i[0] != "h" else i[2], rng):
                 if item in failed:
                     continue
                 try:
-                    samples[item].append(run(item))
+                    elapsed = run(item)
                 except Exception as error:
-                    j, v, where = (item[0], item[1], processors[item[2]].name) if len(
-                        item) == 3 else (item[0], 0, f"{processors[item[1]].name}->"
-                                                     f"{processors[item[2]].name}")
-                    fail(j, v, where, "infer" if len(item) == 3 else "hand-off", error)
+                    fail(*_where(item, chains, processors), error)
                     failed.add(item)
+                    continue
+                if round_index >= 0:  # negative rounds warm the chains up
+                    samples[item][round_index] = elapsed
             tick(1)
-        for item, values in samples.items():
-            if item in failed or not values:
+        for item, by_round in samples.items():
+            values = np.asarray(list(by_round.values()))
+            if item in failed or not values.size:
                 continue
-            if len(item) == 3:
-                result.latency_ms[item], result.spread_ms[item] = _summary(np.asarray(values))
-        for j, a, b, _ in pairs:
-            if (j, a, b, -1) not in failed and samples[j, a, b, -1]:
-                result.handoff_ms[j, a, b] = float(np.median(samples[j, a, b, -1])) - (
-                    result.latency_ms[j, 0, a] + result.latency_ms[j + 1, 0, b])
+            if item[0] == "s":
+                result.latency_ms[item[1:]] = config.reduce(values)
+                result.spread_ms[item[1:]] = _spread(values)
+            elif item[0] == "c":
+                result.chain_ms[item[1]] = config.reduce(values)
+        for item, by_round in samples.items():
+            if item[0] == "h" and item not in failed and by_round:
+                _, j, a, b = item
+                result.handoff_ms[j, a, b] = _handoff(
+                    by_round, samples.get(("s", j, 0, a), {}), samples.get(("s", j + 1, 0, b), {}),
+                    config)
     finally:
         for backend, handle in loaded.values():
             try:
@@ -251,78 +313,20 @@ def measure_task(
     return result
 
 
+def _where(item: Item, chains: Sequence[Chain], processors: Sequence[Processor]
+           ) -> tuple[int, int, str, str]:
+    """(position, variant, processor, operation) of a failed item, for its failure record."""
+    if item[0] == "s":
+        return item[1], item[2], processors[item[3]].name, "infer"
+    if item[0] == "h":
+        return item[1], 0, f"{processors[item[2]].name}->{processors[item[3]].name}", "hand-off"
+    choices, order = chains[item[1]]
+    names = "->".join(processors[int(p)].name for p in order)
+    return 0, int(choices[0]), names, f"chain {list(map(int, choices))}"
+
+
 def chain_inputs(
     outputs: Mapping[str, np.ndarray], own_inputs: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Inputs of the next subgraph: the previous outputs, plus tensors it needs from before."""
     return {name: outputs.get(name, value) for name, value in own_inputs.items()}
-
-
-def measure_chains(
-    jobs: Sequence[SubgraphJob],
-    chains: Sequence[tuple[Sequence[int], Sequence[int]]],
-    processors: Sequence[Processor],
-    resolve_backend: BackendResolver,
-    config: ProfilerConfig,
-    *,
-    seed: int = 0,
-    tick: Callable[[int], None] | None = None,
-) -> np.ndarray:
-    """End-to-end latency (median ms) of stitched variants run as chains across processors.
-
-    ``jobs`` are the task's subgraphs (their position-0 inputs feed every chain); each chain is
-    ``(choices, order)`` with one variant id and one processor index per position. Chains run
-    exactly as :class:`~sparseloom.core.stitch.StitchedModel` runs a request: one synchronous
-    ``infer`` per position, boundary tensors passed along. Every needed subgraph is loaded
-    once and shared; chains are timed in interleaved rounds. A chain that fails is NaN.
-    """
-    from sparseloom.core.stitch import StitchedModel
-    from sparseloom.core.types import StitchedVariant
-
-    by_key = {(job.position, job.variant): job for job in jobs}
-    needed = sorted({(j, v, p) for choices, order in chains
-                     for j, (v, p) in enumerate(zip(choices, order, strict=True))})
-    stages: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-    tick = tick or (lambda _: None)
-    measured = np.full(len(chains), np.nan)
-    try:
-        for j, v, p in needed:
-            backend = resolve_backend(processors[p])
-            try:
-                compiled = backend.compile(by_key[j, v].model_path, processors[p])
-                stages[j, v, p] = (backend, backend.load(compiled, processors[p]))
-            except Exception as error:
-                log.warning("chain timing: position %d variant %d on %s failed to load: %s",
-                            j, v, processors[p].name, _describe(error))
-        models = {}
-        for index, (choices, order) in enumerate(chains):
-            keys = [(j, int(v), int(p))
-                    for j, (v, p) in enumerate(zip(choices, order, strict=True))]
-            if all(key in stages for key in keys):
-                models[index] = StitchedModel(
-                    StitchedVariant("chain", tuple(int(c) for c in choices)),
-                    tuple(processors[int(p)].name for p in order), [stages[k] for k in keys])
-        first_inputs = next(job.inputs for job in jobs if job.position == 0)
-        samples: dict[int, list[float]] = {index: [] for index in models}
-        for index in list(samples):
-            try:
-                for _ in range(config.warmup):
-                    models[index].run_once(first_inputs)
-            except Exception as error:
-                log.warning("chain timing: chain %s failed: %s", chains[index], error)
-                del samples[index]
-        rng = np.random.default_rng(seed + 2)
-        for _ in range(config.repeats):
-            for index in rng.permutation(sorted(samples)):
-                _, elapsed = _timed(lambda i=int(index): models[i].run_once(first_inputs))
-                samples[int(index)].append(elapsed)
-            tick(1)
-        for index, values in samples.items():
-            measured[index] = float(np.median(values))
-    finally:
-        for backend, handle in stages.values():
-            try:
-                backend.unload(handle)
-            except Exception as error:
-                log.warning("chain timing: unloading failed: %s", error)
-    return measured

@@ -266,7 +266,7 @@ def _build(
 
     from sparseloom.core.evaluate import SubgraphRunner, evaluate_stitched
     from sparseloom.core.extract import declared_signature
-    from sparseloom.core.graph import iter_batches, take_batch
+    from sparseloom.core.graph import iter_batches, take_batch, topological_sort
     from sparseloom.core.partition import partition_model
     from sparseloom.core.registry import get_registry
 
@@ -304,6 +304,8 @@ def _build(
                         ) from error
                 check_alignment(task.name, position, variant_id, spec.name, dense_signature,
                                 declared_signature(piece))
+                if piece is not dense_piece:
+                    topological_sort(piece.graph)
                 relative = subgraph_file(position, variant_id, spec.name)
                 path = directory / relative
                 path.parent.mkdir(parents=True, exist_ok=True)

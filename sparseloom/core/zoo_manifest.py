@@ -19,7 +19,7 @@ from sparseloom.core.errors import ZooError
 from sparseloom.core.zoo_types import VariantSpec, ZooTask
 
 #: Bump when the on-disk layout or the manifest changes; old zoos are then rebuilt.
-ZOO_FORMAT = 1
+ZOO_FORMAT = 2
 
 
 def check_alignment(

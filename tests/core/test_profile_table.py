@@ -9,8 +9,6 @@ import pytest
 
 from sparseloom.core.errors import ProfileError
 from sparseloom.core.profile_table import ProfileTable, TaskProfile
-from sparseloom.core.registry import create_registry
-from sparseloom.core.types import StitchedVariant
 
 
 def make_table(positions: int = 2, variants: int = 3, processors: int = 2) -> ProfileTable:
@@ -82,25 +80,3 @@ def test_bad_queries_say_what_is_known(tmp_path: Path) -> None:
         table.latency("vision", (0, 0, 0), (0, 1))
     with pytest.raises(ProfileError, match="cannot read a profile table"):
         ProfileTable.load(tmp_path / "missing")
-
-
-def test_latency_estimators_by_name() -> None:
-    table = make_table()
-    registry = create_registry(autoload=False)
-    additive = registry.create("estimator", "additive")
-    stitched = StitchedVariant("vision", (1, 2))
-    order = ("ov:CPU", "ort:CPU")
-    assert additive.predict(stitched, order, table) == pytest.approx(
-        table.latency("vision", (1, 2), order))
-    paper = registry.create("estimator", "additive", include_handoff=False)
-    assert paper.predict(stitched, order, table) == pytest.approx(
-        table.latency("vision", (1, 2), order) - 0.1)
-    fitted = registry.create("estimator", "additive-fitted")
-    choices = table.tasks["vision"].choices()
-    orders = np.tile([0, 1], (len(choices), 1))
-    base = table.latency("vision", choices, orders)
-    fitted.fit("vision", choices, orders, 2 * base + 1, table)
-    assert fitted.predict(stitched, order, table) == pytest.approx(
-        2 * table.latency("vision", (1, 2), order) + 1)
-    with pytest.raises(ProfileError, match="too few measured chains"):
-        fitted.fit("vision", choices[:2], orders[:2], base[:2], table)

@@ -6,7 +6,7 @@ import json
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import onnx
@@ -130,7 +130,7 @@ def test_missing_file_and_manifest_are_refused(zoo_copy: Path) -> None:
     with pytest.raises(ZooError, match="cannot read zoo manifest"):
         load_zoo(zoo_copy)
     (zoo_copy / "manifest.json").unlink()
-    with pytest.raises(ZooError, match="manifest.json is missing"):
+    with pytest.raises(ZooError, match=r"manifest\.json is missing"):
         load_zoo(zoo_copy)
 
 
@@ -192,7 +192,7 @@ class _SpyCompressor:
 
     kind = "int8"
     default_levels: tuple[float, ...] = ()
-    calls: list[tuple[tuple[str, ...], list[dict[str, np.ndarray]]]] = []
+    calls: ClassVar[list[tuple[tuple[str, ...], list[dict[str, np.ndarray]]]]] = []
 
     def compress(self, subgraph: onnx.ModelProto, level: float,
                  calibration: Sequence[Mapping[str, np.ndarray]]) -> onnx.ModelProto:

@@ -42,7 +42,7 @@ def sparseloom_register_compressors(register: RegisterFn) -> None:
     """Register the four built-in compressors under their kind names."""
     register(
         "unstructured", UnstructuredPruner,
-        description="magnitude pruning: zero the smallest Conv/Gemm/MatMul weights per layer",
+        description="magnitude pruning: zero the smallest Conv/Gemm/MatMul weights (global)",
         capabilities=("unstructured",),
     )
     register(

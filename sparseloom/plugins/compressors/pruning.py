@@ -43,19 +43,26 @@ def _smallest_indices(magnitudes: np.ndarray, count: int) -> np.ndarray:
 class UnstructuredPruner:
     """Magnitude pruning of Conv, ConvTranspose, Gemm and MatMul weight initializers.
 
-    ``level`` is the fraction of weights set to zero. With ``scope="layer"`` (the default)
-    every weight tensor loses exactly ``round(level * size)`` entries, its smallest in
-    absolute value; with ``scope="global"`` the smallest ``level`` fraction of all weights of
-    the subgraph together is zeroed, so layers with small weights lose more.
+    ``level`` is the fraction of weights set to zero. With ``scope="global"`` (the default)
+    the smallest ``level`` fraction of all weights of the subgraph together is zeroed, so
+    layers with small weights lose more, but every tensor keeps at least its largest
+    ``min_kept_fraction`` (so no layer is wiped out). With ``scope="layer"`` every weight
+    tensor loses exactly ``round(level * size)`` entries, its smallest in absolute value.
+    Global kept clearly more accuracy at 0.7/0.9 on every test model (docs/compressors.md).
 
     Untouched: biases, normalisation parameters, embedding tables (Gather), positional
     parameters, and anything that is not the kernel operand of Conv/ConvTranspose/Gemm/MatMul.
     Calibration data is not used.
 
-    :param scope: ``"layer"`` (per-tensor fraction) or ``"global"`` (one threshold).
+    :param scope: ``"global"`` (one threshold) or ``"layer"`` (per-tensor fraction).
+    :param min_kept_fraction: with global scope, the least fraction each tensor keeps.
     """
 
-    scope: Scope = attrs.field(default="layer", validator=attrs.validators.in_(("layer", "global")))
+    scope: Scope = attrs.field(
+        default="global", validator=attrs.validators.in_(("global", "layer")))
+    min_kept_fraction: float = attrs.field(
+        default=0.02, converter=float, validator=[attrs.validators.ge(0.0),
+                                                  attrs.validators.lt(1.0)])
     kind: str = attrs.field(default="unstructured", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(0.3, 0.5, 0.7, 0.9), init=False)
 
@@ -95,9 +102,14 @@ class UnstructuredPruner:
             mask[_smallest_indices(magnitudes, round(fraction * magnitudes.size))] = False
             offset = 0
             for init, array in zip(weights, arrays, strict=True):
-                keep = mask[offset : offset + array.size].reshape(array.shape)
-                replace_initializer(init, np.where(keep, array, np.float32(0.0)))
+                keep = mask[offset : offset + array.size].copy()
                 offset += array.size
+                least = int(np.ceil(self.min_kept_fraction * array.size))
+                if keep.sum() < least:  # never wipe a layer out
+                    magnitudes = np.abs(array.ravel())
+                    keep[np.argpartition(-magnitudes, least - 1)[:least]] = True
+                replace_initializer(init, np.where(keep.reshape(array.shape), array,
+                                                   np.float32(0.0)))
         check_boundaries(self.kind, subgraph, pruned)
         return pruned
 

@@ -60,6 +60,8 @@ def run_openvino() -> Callable[[onnx.ModelProto, dict[str, np.ndarray]], dict[st
     def run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU")
         result = compiled(feed)
-        return {port.get_any_name(): result[port] for port in compiled.outputs}
+        # OpenVINO merges the names of tensors joined by a folded Cast (fp16 boundaries), so a
+        # port may carry several names; get_any_name() may return the internal one.
+        return {name: result[port] for port in compiled.outputs for name in port.get_names()}
 
     return run

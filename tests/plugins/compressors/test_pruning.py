@@ -17,7 +17,7 @@ from tests.plugins.compressors.models import accuracy, run_chain
 def test_each_weight_loses_its_fraction_and_nothing_else_changes(cnn, level: float) -> None:
     dense = cnn.parts[1]
     before = dense.SerializeToString()
-    pruned = UnstructuredPruner().compress(dense, level, [])
+    pruned = UnstructuredPruner(scope="layer").compress(dense, level, [])
     assert dense.SerializeToString() == before, "the input subgraph must not be modified"
     assert boundary_signature(pruned) == boundary_signature(dense)
     weights = {init.name for init in weight_initializers(dense)}
@@ -34,11 +34,15 @@ def test_each_weight_loses_its_fraction_and_nothing_else_changes(cnn, level: flo
     assert zero_fraction(pruned) == pytest.approx(level, abs=0.01)
 
 
-def test_global_scope_hits_the_overall_fraction(transformer) -> None:
-    pruned = UnstructuredPruner(scope="global").compress(transformer.parts[0], 0.5, [])
+def test_global_scope_hits_the_overall_fraction_and_spares_every_layer(transformer) -> None:
+    assert UnstructuredPruner().scope == "global"
+    pruned = UnstructuredPruner().compress(transformer.parts[0], 0.5, [])
     assert zero_fraction(pruned) == pytest.approx(0.5, abs=0.005)
     per_layer = [float((numpy_helper.to_array(i) == 0).mean()) for i in weight_initializers(pruned)]
     assert max(per_layer) - min(per_layer) > 0.05  # layers lose different fractions
+    extreme = UnstructuredPruner(min_kept_fraction=0.1).compress(transformer.parts[0], 0.99, [])
+    for init in weight_initializers(extreme):
+        assert (numpy_helper.to_array(init) != 0).mean() >= 0.1
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer"])
@@ -50,7 +54,7 @@ def test_mild_pruning_keeps_accuracy_heavy_pruning_loses_it(models, name: str) -
     heavy = accuracy(cut.with_part(0, UnstructuredPruner().compress(cut.parts[0], 0.9, [])),
                      cut.trained)
     assert min(mild) >= dense - 0.02, (dense, mild)
-    assert heavy < dense - 0.2, (dense, heavy)
+    assert heavy < dense - 0.1, (dense, heavy)
 
 
 def test_pruned_subgraph_runs_on_openvino(transformer, run_openvino) -> None:

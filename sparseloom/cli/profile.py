@@ -1,0 +1,208 @@
+"""``sparseloom profile``: build the profile table, optionally validate it against measurements."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sparseloom.cli.output import echo_json, echo_table
+
+
+def _fmt(value: Any, kind: str = "") -> str:
+    if value is None:
+        return "-"
+    if kind == "%":
+        return f"{value:.1%}"
+    if kind == "s":
+        return f"{value:.1f} s"
+    if kind == "ms":
+        return f"{value:.3f} ms"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _workload_defaults(workload: Any) -> dict[str, Any]:
+    """Options from a ``[profile]`` table of the workload file, when it has one."""
+    source = getattr(workload, "source", None)
+    if source is None:
+        return {}
+    import tomllib
+
+    try:
+        with open(source, "rb") as handle:
+            table = tomllib.load(handle).get("profile", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return dict(table) if isinstance(table, dict) else {}
+
+
+def _table_summary(table: Any) -> dict[str, Any]:
+    from sparseloom.core.profile_cost import estimator_seconds
+
+    tasks = {}
+    for name, profile in table.tasks.items():
+        best = profile.accuracy()
+        tasks[name] = {
+            "positions": profile.n_positions, "variants": profile.n_variants,
+            "stitched": profile.n_stitched, "samples": table.meta["samples"][name],
+            "best_accuracy": float(best.max()),
+            "latency_ms_range": [float(profile.latency_ms.min()),
+                                 float(profile.latency_ms.max())],
+            "seconds": estimator_seconds(table.meta["timings"][name]),
+            "cache_hits": table.meta["cache_hits"][name],
+        }
+    return {"workload": table.workload, "processors": list(table.processors),
+            "estimators": table.meta["estimators"],
+            "profile_directory": table.meta["cache_directory"], "tasks": tasks,
+            "failures": table.meta["failures"]}
+
+
+def _echo_validation(report: dict[str, Any]) -> None:
+    click.echo(f"workload {report['workload']} on {', '.join(report['processors'])}; "
+               f"estimators: accuracy={report['estimators']['accuracy']} "
+               f"({report['estimators']['feature_set']} features), "
+               f"latency={report['estimators']['latency']}")
+    rows = []
+    for name, entry in [*report["tasks"].items(), ("overall", report["overall"])]:
+        accuracy, latency, cost = entry["accuracy"], entry["latency"], entry["profiling"]
+        recall = accuracy.get("top_k_recall", {})
+        rows.append([
+            name, _fmt(recall.get("5"), "%"), _fmt(recall.get("10"), "%"),
+            _fmt(accuracy.get("spearman")), _fmt(accuracy.get("mae")),
+            _fmt(latency.get("mae_ms"), "ms"), _fmt(latency.get("mape"), "%"),
+            _fmt(cost.get("seconds"), "s"), _fmt(cost.get("exhaustive_seconds_estimate"), "s"),
+            _fmt(cost.get("v10", {}).get("reduction"), "%"),
+        ])
+    echo_table(["task", "top-5", "top-10", "spearman", "acc MAE", "lat MAE", "lat MAPE",
+                "profiling", "exhaustive", "saving V=10"], rows)
+    goals = report["goals"]
+    for key, label in (("top_10_recall", "top-10 recall"), ("latency_mape", "latency MAPE")):
+        goal = goals[key]
+        verdict = "MET" if goal["met"] else "NOT MET"
+        click.echo(f"{label}: {_fmt(goal['ours'], '%')} (paper {goal['paper']:.2%}) {verdict}")
+    _echo_failures(report["failures"])
+
+
+def _echo_failures(failures: list[dict[str, Any]]) -> None:
+    from sparseloom.core.profiler import ProfileFailure
+
+    for failure in failures:
+        click.echo(f"warning: {ProfileFailure(**failure).describe()}", err=True)
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The command as typed, reduced to the options that differ from their defaults."""
+    words = ["sparseloom", "profile", str(ctx.params["workload"])]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(param, click.Option) or value in (param.default, None, (), False):
+            continue
+        flag = param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0]
+        if param.is_flag:
+            words.append(flag)
+        else:
+            for item in value if isinstance(value, tuple) else (value,):
+                words += [flag, str(item)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+@click.command("profile")
+@click.argument("workload")
+@click.option("--processor", "-p", "processors", multiple=True,
+              help="Processor spec (repeat); default: the workload's, else all available.")
+@click.option("--accuracy-estimator", default=None,
+              help="Accuracy estimator by name (default: the workload's, else xgboost).")
+@click.option("--latency-estimator", default=None,
+              help="Latency estimator by name (default: the workload's, else additive).")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="N: stitched variants measured exactly per task to train on.")
+@click.option("--features", type=click.Choice(["extended", "paper"]), default=None,
+              help="Accuracy features: paper (source accuracies) or extended (default).")
+@click.option("--repeats", type=click.IntRange(min=3), default=20, show_default=True,
+              help="Timed rounds per subgraph.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--statistic", type=click.Choice(["median", "p25", "p10", "min"]),
+              default="median", show_default=True,
+              help="What of the timed rounds a latency records; p25 resists a busy machine.")
+@click.option("--subgraphs", type=click.IntRange(min=1), default=None,
+              help="S (default: one per processor).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--validate", is_flag=True,
+              help="Measure the ground truth and report how good the estimates are.")
+@click.option("--latency-samples", type=click.IntRange(min=1), default=60, show_default=True,
+              help="Random stitched variants × orders run end to end for validation.")
+@click.option("--redraws", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Training sets drawn per task when validating accuracy.")
+@click.option("--no-ablation", is_flag=True, help="Skip the other estimators / features.")
+@click.option("--no-cache", is_flag=True, help="Measure everything again.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any subgraph failed to profile.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write report.json, the profile table and the plots here.")
+def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimator: str | None,
+                    latency_estimator: str | None, samples: int | None, features: str | None,
+                    repeats: int, warmup: int, statistic: str, subgraphs: int | None, seed: int,
+                    validate: bool, latency_samples: int, redraws: int, no_ablation: bool,
+                    no_cache: bool, strict: bool, as_json: bool, out: Path | None) -> None:
+    """Profile WORKLOAD: per-subgraph latencies and estimated accuracy of stitched variants.
+
+    Measures every subgraph on every processor and a sample of stitched variants exactly,
+    trains the accuracy estimator and writes the profile table (docs/profile.md). With
+    --validate it also measures every stitched variant's accuracy and random end-to-end
+    chains, and reports top-K recall, Spearman, MAE, latency MAE/MAPE and profiling cost.
+    """
+    from sparseloom.core.profile_builder import ProfileOptions, build_profile
+    from sparseloom.core.profiler import ProfilerConfig
+    from sparseloom.core.workload import load_workload
+
+    loaded = load_workload(workload, progress=not as_json)
+    defaults = _workload_defaults(loaded)
+    options = ProfileOptions(
+        accuracy_estimator=accuracy_estimator or defaults.get("accuracy_estimator", "xgboost"),
+        latency_estimator=latency_estimator or defaults.get("latency_estimator", "additive"),
+        samples=samples if samples is not None else defaults.get("samples"),
+        feature_set=features or defaults.get("features", "extended"),
+        config=ProfilerConfig(warmup=warmup, repeats=repeats, statistic=statistic),
+        subgraphs=subgraphs, seed=seed)
+    progress = sys.stderr.isatty()
+    if validate:
+        from sparseloom.core.profile_report import validate as run_validation
+
+        table, result = run_validation(
+            loaded, processors=processors or None, options=options,
+            latency_samples=latency_samples, repeats=redraws, ablation=not no_ablation,
+            use_cache=not no_cache, progress=progress)
+        result["command"] = _command_line(click.get_current_context())
+    else:
+        table = build_profile(loaded, processors=processors or None, options=options,
+                              use_cache=not no_cache, progress=progress)
+        result = _table_summary(table)
+    if out is not None:
+        from sparseloom.cli.profile_plots import write_plots
+
+        out.mkdir(parents=True, exist_ok=True)
+        table.save(out / "profile")
+        (out / "report.json").write_text(json.dumps(result, indent=2, default=str))
+        if validate:
+            result["plots"] = [str(p) for p in write_plots(result, out)]
+    if as_json:
+        echo_json(result)
+    elif validate:
+        _echo_validation(result)
+    else:
+        echo_table(["task", "S", "V", "stitched", "samples", "best metric", "seconds"], [
+            [name, t["positions"], t["variants"], t["stitched"], t["samples"],
+             _fmt(t["best_accuracy"]), _fmt(t["seconds"], "s")]
+            for name, t in result["tasks"].items()])
+        click.echo(f"profile table: {table.meta['cache_directory']}")
+        _echo_failures(table.meta["failures"])
+    if strict and table.meta["failures"]:
+        raise click.ClickException(
+            f"{len(table.meta['failures'])} subgraph(s) failed to profile; see the warnings")
+
+
+COMMANDS = (profile_command,)

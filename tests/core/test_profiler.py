@@ -1,0 +1,224 @@
+"""The profiler on the ``tiny`` workload: table, estimators by name, cache, failures, hooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from sparseloom.core.errors import ProfileError, UnknownNameError
+from sparseloom.core.hookspecs import hookimpl
+from sparseloom.core.profile_builder import ProfileOptions, build_profile
+from sparseloom.core.profile_table import ProfileTable
+from sparseloom.core.profiler import ProfilerConfig, default_backend_resolver
+from sparseloom.core.registry import create_registry, set_registry
+
+#: A small zoo keeps these tests fast: S = 2 positions × V = 4 variants, 16 stitched.
+VARIANTS = ("dense", "unstructured-0.5", "structured-0.5", "unstructured-0.9")
+FAST = ProfilerConfig(warmup=1, repeats=3)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Any:
+    from sparseloom.core.workload import load_workload
+
+    return load_workload("tiny", progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_zoos(tiny: Any) -> dict[str, Any]:
+    from sparseloom.core.zoo import build_zoo
+
+    return {task.name: build_zoo(task, 2, variants=VARIANTS, progress=False)
+            for task in tiny.tasks}
+
+
+@pytest.fixture
+def fresh_registry() -> Any:
+    """A registry of built-ins only, process-wide for one test."""
+    registry = create_registry(autoload=False)
+    previous = set_registry(registry)
+    yield registry
+    set_registry(previous)
+
+
+def profile(workload: Any, zoos: dict[str, Any], **kwargs: Any) -> ProfileTable:
+    options = kwargs.pop("options", ProfileOptions(config=FAST, samples=8))
+    return build_profile(workload, zoos=zoos, options=options, progress=False, **kwargs)
+
+
+class ProfileObserverForTest:
+    """Records every ``sparseloom_profile_built`` notification."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    @hookimpl
+    def sparseloom_profile_built(self, workload: str, profile: Any) -> None:
+        self.seen.append((workload, profile))
+
+
+def test_profile_table_of_tiny(tiny: Any, tiny_zoos: dict[str, Any], fresh_registry: Any,
+                               tmp_path: Path) -> None:
+    observer = ProfileObserverForTest()
+    fresh_registry.register_plugin(observer, "observer-for-test")
+    table = profile(tiny, tiny_zoos)
+    task = table.task("tiny")
+    assert table.processors == ("ov:CPU", "ort:CPU")
+    assert task.latency_ms.shape == (2, 4, 2) and np.all(task.latency_ms > 0)
+    assert np.all(task.memory_bytes > 0) and np.all(task.load_ms > 0)
+    assert task.handoff_ms.shape == (1, 2, 2) and np.all(np.isfinite(task.handoff_ms))
+    assert int(np.count_nonzero(~np.isnan(task.accuracy_measured))) == 8
+    assert task.accuracy_estimated.shape == (16,)
+    np.testing.assert_allclose(task.source_accuracy,
+                               [v.metric for v in tiny_zoos["tiny"].variants], atol=1e-6)
+    assert observer.seen and observer.seen[0][0] == "tiny" and observer.seen[0][1] is table
+    assert table.meta["failures"] == []
+    latency = table.latency("tiny", (0, 3), ("ov:CPU", "ort:CPU"))
+    assert latency == pytest.approx(task.latency_ms[0, 0, 0] + task.latency_ms[1, 3, 1]
+                                    + task.handoff_ms[0, 0, 1])
+    table.save(tmp_path)
+    assert ProfileTable.load(tmp_path).task("tiny").n_stitched == 16
+
+
+class ConstantEstimatorForTest:
+    """A third-party accuracy estimator: predicts the mean of what it was trained on."""
+
+    fitted_rows: list[int] = []
+
+    def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
+        self.mean = float(np.mean(accuracies))
+        ConstantEstimatorForTest.fitted_rows.append(len(accuracies))
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return np.full(len(features), self.mean)
+
+
+class ThirdPartyEstimatorPlugin:
+    @hookimpl
+    def sparseloom_register_estimators(self, register: Any) -> None:
+        register("constant-for-test", ConstantEstimatorForTest, capabilities=("accuracy",))
+
+
+def test_third_party_estimator_is_used_by_name(tiny: Any, tiny_zoos: dict[str, Any],
+                                               fresh_registry: Any) -> None:
+    fresh_registry.register_plugin(ThirdPartyEstimatorPlugin(), "third-party-for-test")
+    table = profile(tiny, tiny_zoos, options=ProfileOptions(
+        accuracy_estimator="constant-for-test", config=FAST, samples=8))
+    estimated = table.task("tiny").accuracy_estimated
+    assert ConstantEstimatorForTest.fitted_rows == [8]
+    assert np.ptp(estimated) == 0
+    assert table.meta["estimators"]["accuracy"] == "constant-for-test"
+
+
+def test_bad_estimator_choices_are_clear(tiny: Any, tiny_zoos: dict[str, Any]) -> None:
+    with pytest.raises(UnknownNameError, match="registered estimators: .*xgboost"):
+        profile(tiny, tiny_zoos, options=ProfileOptions(accuracy_estimator="catboost"))
+    with pytest.raises(ProfileError, match="cannot estimate accuracy"):
+        profile(tiny, tiny_zoos, options=ProfileOptions(accuracy_estimator="additive"))
+    with pytest.raises(ProfileError, match="too few measured stitched variants"):
+        profile(tiny, tiny_zoos, options=ProfileOptions(config=FAST, samples=4))
+
+
+def test_cache_resumes_and_invalidates(tiny: Any, tiny_zoos: dict[str, Any], tmp_path: Path
+                                       ) -> None:
+    from sparseloom.core.processors import get_processor
+    from sparseloom.core.zoo import build_zoo
+
+    first = profile(tiny, tiny_zoos, cache_root=tmp_path)
+    assert first.meta["cache_hits"]["tiny"] == []
+    again = profile(tiny, tiny_zoos, cache_root=tmp_path)
+    assert again.meta["cache_directory"] == first.meta["cache_directory"]
+    assert "latency-tiny" in again.meta["cache_hits"]["tiny"]
+    np.testing.assert_array_equal(again.task("tiny").latency_ms, first.task("tiny").latency_ms)
+    # another processor config: a fresh profile
+    changed = [get_processor("ov:CPU"),
+               get_processor("ort:CPU?session.intra_op.allow_spinning=0")]
+    other = profile(tiny, tiny_zoos, processors=changed, cache_root=tmp_path)
+    assert other.meta["cache_directory"] != first.meta["cache_directory"]
+    assert other.meta["cache_hits"]["tiny"] == []
+    # another zoo: a fresh profile
+    smaller = {t.name: build_zoo(t, 2, variants=VARIANTS[:3], progress=False) for t in tiny.tasks}
+    rezoo = profile(tiny, smaller, options=ProfileOptions(config=FAST, samples=6),
+                    cache_root=tmp_path)
+    assert rezoo.meta["cache_directory"] != first.meta["cache_directory"]
+    assert rezoo.task("tiny").n_variants == 3 and rezoo.meta["cache_hits"]["tiny"] == []
+
+
+@attrs.define
+class FailingBackendForTest:
+    """Wraps a real backend; ``infer`` of one subgraph file fails after ``ok_calls`` calls."""
+
+    inner: Any
+    failing_path: str
+    ok_calls: int = 1
+    calls: int = 0
+
+    def compile(self, model: Any, processor: Any) -> Any:
+        compiled = self.inner.compile(model, processor)
+        return ("failing" if str(model) == self.failing_path else "ok", compiled)
+
+    def load(self, compiled: Any, processor: Any) -> Any:
+        tag, inner = compiled
+        loaded = self.inner.load(inner, processor)
+        return _Tagged(loaded, tag == "failing")
+
+    def infer(self, loaded: Any, inputs: Any) -> Any:
+        if loaded.failing:
+            self.calls += 1
+            if self.calls > self.ok_calls:
+                raise RuntimeError("device lost (injected by FailingBackendForTest)")
+        return self.inner.infer(loaded.inner, inputs)
+
+    def unload(self, loaded: Any) -> None:
+        self.inner.unload(loaded.inner)
+
+
+@attrs.define
+class _Tagged:
+    inner: Any
+    failing: bool
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.inner.memory_bytes)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(self.inner.input_names)
+
+
+def test_processor_failing_mid_profile_keeps_the_rest(tiny: Any, tiny_zoos: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    zoo = tiny_zoos["tiny"]
+    failing = str(zoo.subgraph_path(1, 2))
+    double = None
+
+    def resolve(processor: Any) -> Any:
+        nonlocal double
+        real = default_backend_resolver(processor)
+        if processor.name != "ort:CPU":
+            return real
+        double = double or FailingBackendForTest(real, failing)
+        return double
+
+    options = ProfileOptions(config=ProfilerConfig(warmup=1, repeats=3), samples=8, seed=99)
+    with pytest.raises(ProfileError, match="position 1 variant 2 on ort:CPU: infer failed"):
+        profile(tiny, tiny_zoos, options=options, resolve_backend=resolve, strict=True,
+                cache_root=tmp_path)
+    # Run again: what was measured is reused, what failed is measured (and fails) again.
+    table = profile(tiny, tiny_zoos, options=options, resolve_backend=resolve,
+                    cache_root=tmp_path)
+    assert "latency-tiny" not in table.meta["cache_hits"]["tiny"]
+    assert "fidelity-tiny" in table.meta["cache_hits"]["tiny"]
+    task = table.task("tiny")
+    assert [(f["position"], f["variant"], f["processor"]) for f in table.meta["failures"]] == [
+        (1, 2, "ort:CPU")]
+    assert "device lost" in table.meta["failures"][0]["error"]
+    assert np.isnan(task.latency_ms[1, 2, 1])
+    kept = np.ones(task.latency_ms.shape, dtype=bool)
+    kept[1, 2, 1] = False
+    assert np.all(np.isfinite(task.latency_ms[kept]))

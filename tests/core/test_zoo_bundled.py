@@ -1,0 +1,68 @@
+"""Zoos of the four bundled tasks (vision, sentiment, activity, speech) at S = 2 and S = 3.
+
+Slow: builds the ``default`` workload (cached after the first run) and 8 zoos.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from sparseloom.core.evaluate import evaluate_stitched
+from sparseloom.core.extract import declared_signature
+from sparseloom.core.zoo import build_zoo, check_alignment
+from tests.core.zoo_support import chain_with_onnxruntime
+
+pytestmark = pytest.mark.slow
+
+TASKS = ("vision", "sentiment", "activity", "speech")
+
+
+@pytest.fixture(scope="module")
+def workload() -> Any:
+    from sparseloom.core.workload import load_workload
+
+    return load_workload("default", progress=False)
+
+
+@pytest.fixture(scope="module")
+def dense_metrics(workload: Any) -> dict[str, float]:
+    from sparseloom.core.workload import evaluate
+
+    return {name: evaluate(workload.task(name)) for name in TASKS}
+
+
+@pytest.mark.parametrize("subgraphs", [2, 3])
+@pytest.mark.parametrize("task_name", TASKS)
+def test_bundled_zoo_is_aligned_and_exact(
+    workload: Any, dense_metrics: dict[str, float], task_name: str, subgraphs: int
+) -> None:
+    task = workload.task(task_name)
+    zoo = build_zoo(task, subgraphs, progress=False)
+    assert zoo.positions == subgraphs and len(zoo.variants) >= 10
+    assert zoo.manifest["partition"]["max_abs_diff"] <= 1e-4
+    for position in range(subgraphs):
+        boundary = zoo.boundary(position)
+        for tensor in boundary.inputs:
+            assert np.dtype(tensor["dtype"]).kind in "biuf"
+        dense = declared_signature(onnx.load(str(zoo.subgraph_path(position, 0))))
+        for variant in zoo.variants[1:]:
+            piece = onnx.load(str(zoo.subgraph_path(position, variant.id)), load_external_data=False)
+            check_alignment(task_name, position, variant.id, variant.name, dense,
+                            declared_signature(piece))
+    if set(task.input_names) >= {"input_ids", "attention_mask"}:
+        # A transformer with a mask: the mask (or its additive form) crosses every cut.
+        for position in range(1, subgraphs):
+            sources = {t["source"] for t in zoo.boundary(position).inputs}
+            assert len(sources) >= 2, sources
+    dense = (0,) * subgraphs
+    assert zoo.variants[0].metric == dense_metrics[task_name]
+    # Chaining the files listed in manifest.json with plain ONNX Runtime gives the same metric.
+    mixed = tuple((j * 3 + 1) % len(zoo.variants) for j in range(subgraphs))
+    report = evaluate_stitched(zoo, task, [dense, mixed])
+    assert report.metric(dense) == dense_metrics[task_name]
+    outputs = chain_with_onnxruntime(zoo.directory, mixed, task.eval_inputs)
+    assert task.score(outputs) == pytest.approx(report.metric(mixed), abs=1e-9)
