@@ -57,7 +57,7 @@ def _table_summary(table: Any) -> dict[str, Any]:
         }
     return {"workload": table.workload, "processors": list(table.processors),
             "estimators": table.meta["estimators"],
-            "profile_directory": table.meta["cache_directory"], "tasks": tasks,
+            "profile_directory": table.meta["table_directory"], "tasks": tasks,
             "failures": table.meta["failures"]}
 
 
@@ -198,7 +198,7 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
             [name, t["positions"], t["variants"], t["stitched"], t["samples"],
              _fmt(t["best_accuracy"]), _fmt(t["seconds"], "s")]
             for name, t in result["tasks"].items()])
-        click.echo(f"profile table: {table.meta['cache_directory']}")
+        click.echo(f"profile table: {table.meta['table_directory']}")
         _echo_failures(table.meta["failures"])
     if strict and table.meta["failures"]:
         raise click.ClickException(

@@ -155,9 +155,18 @@ def build_profile(
     resolve_backend = resolve_backend or default_backend_resolver
     task_zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
                  for t in loaded.tasks}
-    key = {"sparseloom": __version__, "zoos": {n: z.hash for n, z in task_zoos.items()},
-           "processors": [processor_key(p) for p in chosen],
-           "profiler": options.config.cache_key(), "evaluation": options.evaluation_processor}
+    for name, zoo in task_zoos.items():
+        variants = len(zoo.variants)
+        if options.samples is not None and options.samples < variants:
+            raise ProfileError(
+                f"task {name!r}: {options.samples} samples is fewer than the zoo's {variants} "
+                f"original variants, which are always measured; ask for at least {variants} "
+                f"(the default is {default_sample_count(variants, zoo.positions)})"
+            )
+    key: dict[str, Any] = {
+        "sparseloom": __version__, "zoos": {n: z.hash for n, z in task_zoos.items()},
+        "processors": [processor_key(p) for p in chosen],
+        "profiler": options.config.cache_key(), "evaluation": options.evaluation_processor}
     store = ProfileStore.for_key(loaded.name, key, enabled=use_cache, root=cache_root)
     table = ProfileTable(loaded.name, [p.name for p in chosen], meta={
         "zoo_hashes": key["zoos"], "processor_config": key["processors"],
@@ -176,9 +185,11 @@ def build_profile(
         table.meta["cache_hits"][task.name] = hits
         table.meta["samples"][task.name] = int(np.count_nonzero(
             ~np.isnan(profile.accuracy_measured)))
-    table.save(store.table_directory(table.meta["estimators"] | {"seed": options.seed,
-                                                                "samples": options.samples}))
-    get_registry().notify_profile_built(loaded.name, table)
+    directory = store.table_directory(table.meta["estimators"] | {"seed": options.seed,
+                                                                 "samples": options.samples})
+    table.meta["table_directory"] = str(directory)
+    get_registry().notify_profile_built(loaded.name, table)  # observers see it before it is cached
+    table.save(directory)
     if strict and table.meta["failures"]:
         raise ProfileError(
             f"{len(table.meta['failures'])} subgraph(s) failed to profile; first: "
@@ -327,8 +338,8 @@ def _measure(
             started = time.perf_counter()
             result = measure_task(task.name, jobs, processors, resolve_backend,
                                   options.config, seed=options.seed, tick=bar.update)
-        meta = {"seconds": time.perf_counter() - started,
-                "failures": [attrs.asdict(f) for f in result.failures]}
+        meta: dict[str, Any] = {"seconds": time.perf_counter() - started,
+                                "failures": [attrs.asdict(f) for f in result.failures]}
         store.save(name, result.to_arrays(), meta)
         cached = (result.to_arrays(), meta)
     else:

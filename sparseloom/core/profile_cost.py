@@ -121,7 +121,8 @@ def overall_cost(per_task: Mapping[str, Mapping[str, Any]], target_variants: int
     """Sums over tasks (profiling runs task after task)."""
     def total(key: str, source: str | None = None) -> float | None:
         values = [(t[source] if source else t).get(key) for t in per_task.values()]
-        return None if any(value is None for value in values) else float(sum(values))
+        known = [float(value) for value in values if value is not None]
+        return float(sum(known)) if len(known) == len(values) else None
 
     seconds, exhaustive = total("seconds"), total("exhaustive_seconds_estimate")
     key = f"v{target_variants}"

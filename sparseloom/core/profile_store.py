@@ -74,7 +74,7 @@ class ProfileStore:
         temporary = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
         payload = {key: np.asarray(value) for key, value in arrays.items()}
         payload[_META] = np.asarray(json.dumps(dict(meta), default=str))
-        np.savez(temporary, **payload)
+        np.savez(temporary, **payload)  # type: ignore[arg-type]
         os.replace(temporary, path)
 
     def table_directory(self, estimators: Mapping[str, Any]) -> Path:

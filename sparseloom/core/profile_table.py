@@ -43,6 +43,10 @@ ARRAY_FIELDS: dict[str, type] = {
 }
 
 ChoicesLike = Sequence[int] | np.ndarray
+
+
+def _strings(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(str(value) for value in values)
 OrderLike = Sequence[str] | Sequence[int] | np.ndarray
 
 
@@ -72,8 +76,8 @@ class TaskProfile:
 
     task: str
     metric: str
-    variant_names: tuple[str, ...] = attrs.field(converter=tuple)
-    variant_kinds: tuple[str, ...] = attrs.field(converter=tuple)
+    variant_names: tuple[str, ...] = attrs.field(converter=_strings)
+    variant_kinds: tuple[str, ...] = attrs.field(converter=_strings)
     variant_levels: np.ndarray
     source_accuracy: np.ndarray
     latency_ms: np.ndarray
@@ -185,7 +189,7 @@ class TaskProfile:
     def latency_all(self, order: np.ndarray, *, include_handoff: bool = True) -> np.ndarray:
         """Latency of every stitched variant (V**S,) under one processor ``order`` (S,)."""
         order_array = np.asarray(order, dtype=np.int64)
-        total = np.zeros(())
+        total: np.ndarray = np.zeros(())
         for position in range(self.n_positions):
             total = np.add.outer(total, self.latency_ms[position, :, order_array[position]])
         total = total.ravel()
@@ -209,7 +213,7 @@ class ProfileTable:
     """
 
     workload: str
-    processors: tuple[str, ...] = attrs.field(converter=tuple)
+    processors: tuple[str, ...] = attrs.field(converter=_strings)
     tasks: dict[str, TaskProfile] = attrs.field(factory=dict)
     meta: dict[str, Any] = attrs.field(factory=dict)
 
@@ -276,7 +280,7 @@ class ProfileTable:
             "processors": list(self.processors), "tasks": tasks_json, "meta": self.meta,
         }
         temporary = path / (NPZ_NAME + ".tmp.npz")
-        np.savez_compressed(temporary, **arrays)
+        np.savez_compressed(temporary, **arrays)  # type: ignore[arg-type]
         os.replace(temporary, path / NPZ_NAME)
         (path / JSON_NAME).write_text(json.dumps(document, indent=2, default=_json_default))
         return path

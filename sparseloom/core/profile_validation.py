@@ -88,7 +88,8 @@ def accuracy_validation(
     return {
         "top_k_recall": {str(k): float(curve[k - 1]) for k in HEADLINE_KS if k <= curve.size},
         "recall_curve": [float(v) for v in curve],
-        "spearman": _nan_to_none(np.nanmean(rhos) if np.any(np.isfinite(rhos)) else math.nan),
+        "spearman": _nan_to_none(float(np.nanmean(rhos)) if np.any(np.isfinite(rhos))
+                                 else math.nan),
         "mae": float(np.mean(errors)),
         "held_out": held_out,
         "repeats": len(curves),
@@ -252,5 +253,5 @@ def _predict(estimator: Any, table: Any, task: str, choices: np.ndarray, orders:
     from sparseloom.core.types import StitchedVariant
 
     names = [[table.processors[int(p)] for p in order] for order in orders]
-    return np.array([estimator.predict(StitchedVariant(task, tuple(map(int, c))), o, table)
+    return np.array([estimator.predict(StitchedVariant(task, tuple(int(x) for x in c)), o, table)
                      for c, o in zip(choices, names, strict=True)], dtype=float)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -213,9 +214,11 @@ def measure_task(
     count = len(processors)
     shape = (positions, variants, count)
     result = TaskMeasurement(
-        *(np.full(shape, np.nan) for _ in range(4)), np.zeros(shape, dtype=np.int64),
-        np.full((max(positions - 1, 0), count, count), np.nan), [],
-        np.full(len(chains), np.nan))
+        latency_ms=np.full(shape, np.nan), spread_ms=np.full(shape, np.nan),
+        compile_ms=np.full(shape, np.nan), load_ms=np.full(shape, np.nan),
+        memory_bytes=np.zeros(shape, dtype=np.int64),
+        handoff_ms=np.full((max(positions - 1, 0), count, count), np.nan), failures=[],
+        chain_ms=np.full(len(chains), np.nan))
     by_key = {(job.position, job.variant): job for job in jobs}
     tick = tick or (lambda _: None)
     loaded: dict[tuple[int, int, int], tuple[Any, Any]] = {}
@@ -233,10 +236,9 @@ def measure_task(
                 try:
                     backend = resolve_backend(processor)
                     compiled, result.compile_ms[key] = _timed(
-                        lambda b=backend, job=job, where=processor: b.compile(
-                            job.model_path, where))
+                        partial(backend.compile, job.model_path, processor))
                     handle, result.load_ms[key] = _timed(
-                        lambda b=backend, c=compiled, where=processor: b.load(c, where))
+                        partial(backend.load, compiled, processor))
                     loaded[key] = (backend, handle)
                     result.memory_bytes[key] = int(getattr(handle, "memory_bytes", 0))
                     for _ in range(config.warmup):

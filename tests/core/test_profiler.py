@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 import numpy as np
@@ -87,7 +87,7 @@ def test_profile_table_of_tiny(tiny: Any, tiny_zoos: dict[str, Any], fresh_regis
 class ConstantEstimatorForTest:
     """A third-party accuracy estimator: predicts the mean of what it was trained on."""
 
-    fitted_rows: list[int] = []
+    fitted_rows: ClassVar[list[int]] = []
 
     def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
         self.mean = float(np.mean(accuracies))
@@ -115,7 +115,7 @@ def test_third_party_estimator_is_used_by_name(tiny: Any, tiny_zoos: dict[str, A
 
 
 def test_bad_estimator_choices_are_clear(tiny: Any, tiny_zoos: dict[str, Any]) -> None:
-    with pytest.raises(UnknownNameError, match="registered estimators: .*xgboost"):
+    with pytest.raises(UnknownNameError, match=r"registered estimators: .*xgboost"):
         profile(tiny, tiny_zoos, options=ProfileOptions(accuracy_estimator="catboost"))
     with pytest.raises(ProfileError, match="cannot estimate accuracy"):
         profile(tiny, tiny_zoos, options=ProfileOptions(accuracy_estimator="additive"))
@@ -222,3 +222,23 @@ def test_processor_failing_mid_profile_keeps_the_rest(tiny: Any, tiny_zoos: dict
     kept = np.ones(task.latency_ms.shape, dtype=bool)
     kept[1, 2, 1] = False
     assert np.all(np.isfinite(task.latency_ms[kept]))
+
+
+@pytest.mark.slow
+def test_default_workload_validation() -> None:
+    """The bundled workload on this machine's processors: every headline figure, per task."""
+    from sparseloom.core.profile_report import validate
+
+    table, report = validate(
+        "default", options=ProfileOptions(config=ProfilerConfig(warmup=2, repeats=6)),
+        latency_samples=50, repeats=2, ablation=False, curve=False, progress=False)
+    assert set(report["tasks"]) == {"vision", "sentiment", "activity", "speech"}
+    for scope in [*report["tasks"].values(), report["overall"]]:
+        assert set(scope["accuracy"]["top_k_recall"]) == {"5", "10"}
+        assert scope["accuracy"]["top_k_recall"]["10"] >= 0.5
+        assert scope["accuracy"]["spearman"] > 0.5
+        assert 0 < scope["latency"]["mape"] < 0.5
+        assert scope["profiling"]["seconds"] < scope["profiling"]["exhaustive_seconds_estimate"]
+    assert all(t["latency"]["count"] >= 50 for t in report["tasks"].values())
+    assert report["overall"]["profiling"]["v10"]["reduction"] > 0.5
+    assert table.meta["failures"] == []

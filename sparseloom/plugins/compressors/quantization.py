@@ -41,8 +41,14 @@ def _quiet_quantizer() -> Iterator[None]:
 
 def _check_calibration(compressor: str, subgraph: onnx.ModelProto,
                        calibration: Sequence[Arrays]) -> list[dict[str, np.ndarray]]:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
     initializers = {init.name for init in subgraph.graph.initializer}
-    names = [i.name for i in subgraph.graph.input if i.name not in initializers]
+    dtypes = {
+        i.name: tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        for i in subgraph.graph.input if i.name not in initializers
+    }
+    names = list(dtypes)
     if not calibration:
         raise CompressionError(
             f"compressor {compressor!r} needs calibration batches (inputs {names} of this "
@@ -56,7 +62,8 @@ def _check_calibration(compressor: str, subgraph: onnx.ModelProto,
                 f"compressor {compressor!r}: calibration batch {number} lacks subgraph inputs "
                 f"{missing} (it has {sorted(batch)}); pass batches of this subgraph's inputs"
             )
-        batches.append({n: np.ascontiguousarray(batch[n], dtype=np.float32) for n in names})
+        # Boundaries are mostly float32, but token ids and masks stay integer tensors.
+        batches.append({n: np.ascontiguousarray(batch[n], dtype=dtypes[n]) for n in names})
     return batches
 
 

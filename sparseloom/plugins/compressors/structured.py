@@ -115,8 +115,8 @@ class StructuredPruner:
         _, reasons = self.groups(pruned)
         batches = list(calibration)[: self.max_calibration_batches]
         removed_any = False
+        graph = ChannelGraph(pruned)
         for index in range(len(pruned.graph.node)):
-            graph = ChannelGraph(pruned)  # re-indexed: earlier groups changed weight shapes
             try:
                 group = graph.producer_group(index)
             except Blocked:
@@ -134,6 +134,7 @@ class StructuredPruner:
             keep = np.sort(np.argsort(scores, kind="stable")[remove:])
             _apply(pruned, graph, group, keep, stats)
             removed_any = True
+            graph = ChannelGraph(pruned)  # re-indexed: this group changed weight shapes
         if not removed_any:
             raise CompressionError(
                 f"compressor {self.kind!r}: nothing in subgraph {subgraph.graph.name!r} can be "

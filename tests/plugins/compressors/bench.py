@@ -8,7 +8,7 @@ Models: the bundled ``tiny`` workload (small ResNet on digits) cut into 3 parts 
 ``sparseloom.core.partition``, and the two test models of ``models.py``. For each model,
 subgraph position and compressor level: top-1 accuracy of the dense chain with that one
 position replaced, the position's weight bytes, and its latency on ONNX Runtime CPU and
-OpenVINO CPU (one thread each, batch ``--batch``, best of five medians).
+OpenVINO CPU (one thread each, batch ``--batch``, variants interleaved, best of five medians).
 """
 
 from __future__ import annotations
@@ -32,23 +32,8 @@ from sparseloom.plugins.compressors import (
 from tests.plugins.compressors.models import accuracy, load_or_train, run_chain, split
 
 
-def _median_ms(run: Callable[[], object], runs: int) -> float:
-    """Best of five medians: robust to other processes on a shared machine."""
-    for _ in range(max(5, runs // 10)):
-        run()
-    medians = []
-    for _ in range(5):
-        samples = []
-        for _ in range(max(1, runs // 5)):
-            start = time.perf_counter()
-            run()
-            samples.append(time.perf_counter() - start)
-        medians.append(float(np.median(samples)))
-    return min(medians) * 1e3
-
-
-def ort_latency_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray], runs: int) -> float:
-    """Median latency of one ORT CPU inference with one intra-op thread."""
+def ort_runner(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> Callable[[], object]:
+    """One ORT CPU inference with one intra-op thread, as a callable."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -56,18 +41,40 @@ def ort_latency_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray], runs: in
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    return _median_ms(lambda: session.run(None, feed), runs)
+    return lambda: session.run(None, feed)
 
 
-def ov_latency_ms(model: onnx.ModelProto, feed: dict[str, np.ndarray], runs: int) -> float:
-    """Median latency of one OpenVINO CPU inference with one thread."""
+def ov_runner(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> Callable[[], object]:
+    """One OpenVINO CPU inference with one thread, as a callable."""
     import openvino as ov
 
     core = ov.Core()
     compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
                                   {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
-    return _median_ms(lambda: request.infer(feed), runs)
+    return lambda: request.infer(feed)
+
+
+def interleaved_ms(runners: Sequence[Callable[[], object]], runs: int, rounds: int = 5
+                   ) -> list[float]:
+    """Per runner, the best over ``rounds`` of the median of ``runs // rounds`` runs.
+
+    The runners take turns every round, so a burst of load on a shared machine hits all of
+    them alike instead of whichever happened to be measured then.
+    """
+    for run in runners:
+        for _ in range(5):
+            run()
+    best = [float("inf")] * len(runners)
+    for _ in range(rounds):
+        for number, run in enumerate(runners):
+            samples = []
+            for _ in range(max(1, runs // rounds)):
+                start = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - start)
+            best[number] = min(best[number], float(np.median(samples)))
+    return [b * 1e3 for b in best]
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:
@@ -144,28 +151,37 @@ def main() -> None:
     variants += [("unstructured", UnstructuredPruner(), lv) for lv in (0.3, 0.5, 0.7, 0.9)]
     variants += [("structured", StructuredPruner(), lv) for lv in (0.25, 0.5, 0.75)]
     variants += [("int8", Int8Quantizer(), NO_LEVEL), ("fp16", Fp16Converter(), NO_LEVEL)]
-    print(f"batch {args.batch}, best of 5 medians of {args.runs // 5} runs, ms, 1 thread\n")
+    print(f"batch {args.batch}; latency: ms, one thread, variants interleaved, best of 5 "
+          f"medians of {args.runs // 5} runs\n")
     print("| model | pos | variant | level | top-1 | weights KiB | ORT ms | OV ms |")
     print("|---|---|---|---|---|---|---|---|")
     for subject in subjects(args.batch):
         for position, dense in enumerate(subject.parts):
             feed = subject.feeds[position]
+            rows, built = [], []
             for kind, compressor, level in variants:
+                shown = "" if level is None else f"{level:g}"
                 try:
                     part = dense if compressor is None else compressor.compress(
                         dense, level, subject.calibration[position])
-                except CompressionError as error:
-                    print(f"| {subject.name} | {position} | {kind} | {level} | "
-                          f"not prunable | | | |" if "nothing" in str(error) else error)
+                except CompressionError:
+                    rows.append(f"| {subject.name} | {position} | {kind} | {shown} | "
+                                f"not prunable | | | |")
                     continue
                 chain = list(subject.parts)
                 chain[position] = part
-                print(f"| {subject.name} | {position} | {kind} | "
-                      f"{'' if level is None else level} | {subject.score(chain):.3f} | "
-                      f"{weight_bytes(part) / 1024:.1f} | "
-                      f"{ort_latency_ms(part, feed, args.runs):.3f} | "
-                      f"{ov_latency_ms(part, feed, args.runs):.3f} |", flush=True)
-
+                rows.append(f"| {subject.name} | {position} | {kind} | {shown} | "
+                            f"{subject.score(chain):.3f} | {weight_bytes(part) / 1024:.1f} | "
+                            "{ort:.3f} | {ov:.3f} |")
+                built.append(part)
+            ort_ms = interleaved_ms([ort_runner(p, feed) for p in built], args.runs)
+            ov_ms = interleaved_ms([ov_runner(p, feed) for p in built], args.runs)
+            timings = iter(zip(ort_ms, ov_ms, strict=True))
+            for row in rows:
+                if "{ort" in row:
+                    ort, ov = next(timings)
+                    row = row.format(ort=ort, ov=ov)
+                print(row, flush=True)
 
 if __name__ == "__main__":
     main()
