@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sparseloom.cli.workloads",
     "sparseloom.cli.zoo",
     "sparseloom.cli.profile",
+    "sparseloom.cli.demo",
 )
 
 

@@ -168,9 +168,15 @@ def build_profile(
         "processors": [processor_key(p) for p in chosen],
         "profiler": options.config.cache_key(), "evaluation": options.evaluation_processor}
     store = ProfileStore.for_key(loaded.name, key, enabled=use_cache, root=cache_root)
+    # Accuracies depend on the zoos and the evaluation processor only, not on how latencies
+    # are measured: they get their own store, shared by every latency configuration.
+    accuracy_store = ProfileStore.for_key(loaded.name, {
+        "sparseloom": __version__, "zoos": key["zoos"], "evaluation": key["evaluation"],
+        "kind": "accuracy"}, enabled=use_cache, root=cache_root)
     table = ProfileTable(loaded.name, [p.name for p in chosen], meta={
         "zoo_hashes": key["zoos"], "processor_config": key["processors"],
         "profiler": key["profiler"], "cache_directory": str(store.directory),
+        "accuracy_cache_directory": str(accuracy_store.directory),
         "estimators": {"accuracy": options.accuracy_estimator,
                        "latency": options.latency_estimator,
                        "feature_set": options.feature_set},
@@ -178,7 +184,8 @@ def build_profile(
     })
     for task in loaded.tasks:
         profile, timings, failures, hits = _profile_task(
-            task, task_zoos[task.name], chosen, options, store, resolve_backend, progress)
+            task, task_zoos[task.name], chosen, options, (store, accuracy_store),
+            resolve_backend, progress)
         table.tasks[task.name] = profile
         table.meta["timings"][task.name] = timings
         table.meta["failures"].extend(attrs.asdict(f) for f in failures)
@@ -202,18 +209,19 @@ def build_profile(
 
 def _profile_task(
     task: Any, zoo: Any, processors: Sequence[Processor], options: ProfileOptions,
-    store: ProfileStore, resolve_backend: BackendResolver, progress: bool,
+    stores: tuple[ProfileStore, ProfileStore], resolve_backend: BackendResolver, progress: bool,
 ) -> tuple[TaskProfile, dict[str, float], list[ProfileFailure], list[str]]:
+    store, accuracy_store = stores
     variants = zoo.variants
     s, v = zoo.positions, len(variants)
     timings: dict[str, float] = {}
     hits: list[str] = []
-    activations, fidelity = _fidelity(task, zoo, options, store, timings, hits)
+    activations, fidelity = _fidelity(task, zoo, options, accuracy_store, timings, hits)
     jobs = subgraph_jobs(zoo, activations)
     measurement, failures = _measure(task, jobs, processors, options, store,
                                      resolve_backend, progress, timings, hits)
     handoff = np.nan_to_num(measurement["handoff_ms"], nan=0.0)
-    measured = _accuracy_samples(task, zoo, options, store, timings, hits)
+    measured = _accuracy_samples(task, zoo, options, accuracy_store, timings, hits)
     features = SubgraphFeatures(
         source_accuracy=[measured[(i,) * s] for i in range(v)],
         kinds=[info.kind for info in variants], levels=[info.level for info in variants],

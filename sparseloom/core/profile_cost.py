@@ -82,6 +82,8 @@ def task_cost(
             positions * deploy_seconds + chain_unit))
 
     def with_estimators(variants: int, positions: int = s, processors: int = p) -> float:
+        if (variants, positions, processors) == (v, s, p):
+            return estimator_seconds(timings)  # measured, not extrapolated
         samples = (n_samples if (variants, positions) == (v, s)
                    else default_sample_count(variants, positions))
         return (fidelity_unit * positions * variants

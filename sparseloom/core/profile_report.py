@@ -49,6 +49,7 @@ def validate(
     processors: Sequence[str] | None = None,
     options: ProfileOptions | None = None,
     latency_samples: int = 60,
+    exhaustive_chain_limit: int = 250,
     repeats: int = 5,
     ablation: bool = True,
     curve: bool = True,
@@ -57,7 +58,15 @@ def validate(
     resolve_backend: BackendResolver | None = None,
     zoos: dict[str, Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """Build the profile of ``workload`` and validate it; returns (table, report)."""
+    """Build the profile of ``workload`` and validate it; returns (table, report).
+
+    :param latency_samples: random (stitched variant, order) chains timed end to end per task.
+    :param exhaustive_chain_limit: when a task has at most this many (variant, order) pairs,
+        all of them are timed, so exhaustive profiling is measured rather than extrapolated.
+    :param repeats: training sets drawn per task for the accuracy figures.
+    :param ablation: also judge the other built-in estimator and the paper's feature set.
+    :param curve: also compute top-10 recall against the number of training samples.
+    """
     from sparseloom.core.evaluate import SubgraphRunner
     from sparseloom.core.workload import load_workload
 
@@ -69,7 +78,7 @@ def validate(
             for t in loaded.tasks}
     table = build_profile(loaded, processors=chosen, options=options, use_cache=use_cache,
                           progress=progress, resolve_backend=resolve_backend, zoos=zoos)
-    store = ProfileStore(_store_directory(table), enabled=use_cache)
+    store = ProfileStore(table.meta["accuracy_cache_directory"], enabled=use_cache)
     tasks: dict[str, Any] = {}
     pooled_measured, pooled_estimated = [], []
     for task in loaded.tasks:
@@ -88,7 +97,9 @@ def validate(
                 profile, truth[0], estimator=options.accuracy_estimator,
                 feature_set=options.feature_set, n_samples=n_samples, repeats=repeats,
                 seed=options.seed, ablation=ablation, curve=curve)
-        chains = sample_chains(profile, len(chosen), latency_samples, options.seed)
+        pairs = profile.n_stitched * len(placement_orders(len(chosen), profile.n_positions))
+        chains = sample_chains(profile, len(chosen), pairs if pairs <= exhaustive_chain_limit
+                               else latency_samples, options.seed)
         with SubgraphRunner(processor=options.evaluation_processor) as runner:
             inputs, _ = dense_activations(task, zoo, runner, rows=1)
         # Ground-truth chains are timed in the same interleaved rounds as a fresh profile of
@@ -113,8 +124,7 @@ def validate(
         finite = measured[np.isfinite(measured)]
         chain_seconds = float(finite.sum()) * (options.config.repeats + options.config.warmup
                                                ) / 1e3
-        complete = len(chains) == profile.n_stitched * len(placement_orders(
-            len(chosen), profile.n_positions))
+        complete = len(chains) == pairs
         entry["profiling"] = task_cost(
             table.meta["timings"][task.name], n_positions=profile.n_positions,
             n_variants=profile.n_variants, n_processors=len(chosen), n_samples=n_samples,
@@ -126,17 +136,13 @@ def validate(
         "workload": loaded.name,
         "processors": list(table.processors),
         "estimators": table.meta["estimators"],
-        "profile_directory": str(store.directory),
+        "profile_directory": table.meta["table_directory"],
         "tasks": tasks,
         "overall": _overall(tasks, pooled_measured, pooled_estimated),
         "failures": table.meta["failures"],
     }
     report["goals"] = _goals(report["overall"])
     return table, report
-
-
-def _store_directory(table: Any) -> str:
-    return str(table.meta["cache_directory"])
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Sequence
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -50,6 +51,7 @@ _KERNEL = _lowpass_kernel()
 
 
 def _run(voice: str, speed: int, pitch: int, text: str, ssml: bool) -> np.ndarray:
+    # Text is passed as one argv item (no shell), so digits and SSML need no escaping.
     command = [espeak_binary(), "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout"]
     if ssml:
         command.append("-m")
@@ -87,24 +89,40 @@ def _decimate(samples: np.ndarray) -> np.ndarray:
     return np.convolve(audio, _KERNEL, mode="same")[::DECIMATION].astype(np.float32)
 
 
-def synthesise_group(voice: str, speed: int, pitch: int, digit_strings: Sequence[str]) -> list:
-    """Audio (float32 at :data:`SAMPLE_RATE`, silence trimmed) of each digit string."""
+def _ssml(texts: Sequence[str], prosody: Sequence[tuple[int, int]]) -> str:
+    spoken = "".join(
+        f'<prosody rate="{rate}%" pitch="{pitch:+d}%">{text}</prosody>'
+        f'<break time="{_BREAK_MS}ms"/>'
+        for text, (rate, pitch) in zip(texts, prosody)
+    )
+    return f"<speak>{spoken}</speak>"
+
+
+def synthesise_group(
+    voice: str, speed: int, pitch: int, digit_strings: Sequence[str],
+    prosody: Sequence[tuple[int, int]] | None = None,
+) -> list[np.ndarray]:
+    """Audio (float32 at :data:`SAMPLE_RATE`, silence trimmed) of each digit string.
+
+    ``prosody`` gives each string its own (rate %, pitch change %) on top of the voice's
+    ``speed`` (words per minute) and ``pitch`` (0–99).
+    """
     texts = [" ".join(DIGIT_WORDS[int(d)] for d in digits) for digits in digit_strings]
-    ssml = "<speak>" + "".join(f'{t}<break time="{_BREAK_MS}ms"/>' for t in texts) + "</speak>"
-    pieces = _split(_run(voice, speed, pitch, ssml, ssml=True), len(texts))
+    prosody = list(prosody or [(100, 0)] * len(texts))
+    pieces = _split(_run(voice, speed, pitch, _ssml(texts, prosody), ssml=True), len(texts))
     if pieces is None:
         pieces = []
-        for text in texts:
-            single = _split(_run(voice, speed, pitch, text, ssml=False), 1)
+        for text, one in zip(texts, prosody):
+            single = _split(_run(voice, speed, pitch, _ssml([text], [one]), ssml=True), 1)
             if single is None:
                 raise RuntimeError(f"espeak-ng gave no audio for {text!r} with voice {voice}")
             pieces.extend(single)
     return [_decimate(piece) for piece in pieces]
 
 
-def synthesise(groups: Sequence[tuple[str, int, int, Sequence[str]]], *, workers: int = 4,
+def synthesise(groups: Sequence[tuple[Any, ...]], *, workers: int = 4,
                progress: bool = False, desc: str = "speech: synthesis") -> list[list[np.ndarray]]:
-    """Synthesise many groups ``(voice, speed, pitch, digit strings)`` concurrently.
+    """Synthesise many groups (the arguments of :func:`synthesise_group`) concurrently.
 
     espeak-ng spends most of a short call starting up, not computing, so a few concurrent
     calls finish far sooner than one after another even on two cores.

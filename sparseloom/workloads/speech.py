@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def _groups(count: int, variants: tuple[str, ...], per_call: int, config: Mapping[str, Any],
-            rng: Any) -> list[tuple[str, int, int, list[str]]]:
+            rng: Any) -> list[tuple[Any, ...]]:
     groups = []
     for _ in range((count + per_call - 1) // per_call):
         voice = f"{rng.choice(ACCENTS)}+{rng.choice(variants)}"
@@ -53,7 +53,10 @@ def _groups(count: int, variants: tuple[str, ...], per_call: int, config: Mappin
                 0, 10, size=rng.integers(config["min_digits"], config["max_digits"] + 1)))
             for _ in range(per_call)
         ]
-        groups.append((voice, int(rng.integers(140, 231)), int(rng.integers(25, 76)), digits))
+        prosody = [(int(rng.integers(80, 126)), int(rng.integers(-30, 31)))
+                   for _ in range(per_call)]
+        groups.append((voice, int(rng.integers(150, 211)), int(rng.integers(30, 71)), digits,
+                       prosody))
     return groups
 
 

@@ -20,7 +20,8 @@ def invoke(*args: str) -> Result:
 
 def test_validate_json_report_and_plots(tmp_path: Path) -> None:
     result = invoke("profile", "tiny", "--validate", "--json", *QUICK, "--latency-samples",
-                    "8", "--redraws", "1", "--no-ablation", "--out", str(tmp_path))
+                    "8", "--exhaustive-chains", "0", "--redraws", "1", "--no-ablation",
+                    "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     for scope in [*report["tasks"].values(), report["overall"]]:

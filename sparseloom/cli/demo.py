@@ -1,0 +1,91 @@
+"""``sparseloom demo``: the main job on a workload, end to end, through the public commands."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from sparseloom.cli.output import echo_table
+
+
+def _banner(step: int, total: int, text: str) -> None:
+    click.secho(f"\n[{step}/{total}] {text}", bold=True)
+
+
+@click.command("demo")
+@click.option("--workload", default="default", show_default=True,
+              help="A bundled workload name or a workload TOML file.")
+@click.option("--subgraphs", "-S", type=click.IntRange(min=1), default=None,
+              help="Subgraph positions S (default: the number of processors).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("out/demo"), show_default=True,
+              help="Folder for the Pareto figures, CSVs and the validation report.")
+@click.option("--sample", default=200, show_default=True,
+              help="Stitched variants measured per task for the Pareto figures.")
+@click.pass_context
+def demo_command(
+    ctx: click.Context, workload: str, subgraphs: int | None, out_dir: Path, sample: int
+) -> None:
+    """Build a workload's tasks and zoos, plot their Pareto fronts and validate the profiler.
+
+    Every step is cached: a second run only re-measures what changed. The same steps are
+    available one by one as `sparseloom workloads build`, `zoo build`, `zoo pareto` and
+    `profile --validate`.
+    """
+    from sparseloom.cli.devices import devices_command
+    from sparseloom.cli.profile import profile_command
+    from sparseloom.cli.workloads import build_command
+    from sparseloom.cli.zoo import build_command as zoo_build_command
+    from sparseloom.core.pareto import pareto_analysis
+    from sparseloom.core.workload import load_workload
+    from sparseloom.core.zoo import build_zoo
+
+    from sparseloom.cli.zoo import _processors, _subgraphs, plot_pareto, write_pareto_csv
+
+    started = time.perf_counter()
+    total = 5
+    _banner(1, total, "Processors")
+    ctx.invoke(devices_command)
+    _banner(2, total, f"Workload {workload!r}: real data, trained models (cached)")
+    ctx.invoke(build_command, workload=workload)
+    _banner(3, total, "Subgraph zoos: partition the dense model, compress each piece")
+    ctx.invoke(zoo_build_command, workload=workload, subgraphs=subgraphs)
+    _banner(4, total, "Stitched variants vs the originals (paper Fig. 4)")
+    loaded = load_workload(workload, progress=True)
+    processors = _processors(loaded)
+    count = _subgraphs(loaded, subgraphs)
+    placement = [processors[j % len(processors)] for j in range(count)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for task in loaded.tasks:
+        zoo = build_zoo(task, count, processors=processors)
+        result = pareto_analysis(zoo, task, placement, sample=sample, progress=True)
+        write_pareto_csv(result, zoo, out_dir / f"pareto-{task.name}.csv")
+        plot_pareto(result, zoo, out_dir / f"pareto-{task.name}.png")
+        stitched = [p for p in result.points if not p.original]
+        summary = result.summary()
+        rows.append([
+            task.name,
+            f"{result.points[0].metric:.4f}",
+            f"{max(p.metric for p in stitched):.4f}" if stitched else "-",
+            f"{min(p.latency_ms for p in stitched):.3f}" if stitched else "-",
+            f"{summary['beyond_front']}/{summary['stitched_sampled']}",
+            f"{summary['above_best_accuracy']}",
+            f"{summary['below_fastest_latency']}",
+        ])
+    echo_table(
+        ["task", "dense metric", "best stitched", "fastest stitched ms",
+         "beyond originals' front", "above best original", "faster than fastest"],
+        rows,
+    )
+    click.echo(f"figures and CSVs in {out_dir}/ (latency: summed per-subgraph medians on "
+               f"{' -> '.join(placement)})")
+    _banner(5, total, "Profiler: estimators validated against measured ground truth")
+    ctx.invoke(profile_command, workload=workload, subgraphs=subgraphs, validate=True,
+               out=out_dir / "profile")
+    click.echo(f"\ndemo finished in {time.perf_counter() - started:.0f} s")
+
+
+COMMANDS = (demo_command,)
