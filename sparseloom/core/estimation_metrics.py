@@ -43,12 +43,15 @@ def top_k_recall(
     true: np.ndarray | Iterable[float],
     estimated: np.ndarray | Iterable[float],
     k: int,
+    tolerance: float = 0.0,
 ) -> float:
     """Fraction of the true top-``k`` items that the estimate also ranks in its top ``k``.
 
     Ties in the measured values are resolved generously: an item counts as a true top-``k``
     item when its measured value reaches the ``k``-th best measured value, so two variants
     with identical measured accuracy are interchangeable (the paper's Fig. 7a metric).
+    ``tolerance`` widens that to values within ``tolerance`` of the ``k``-th best (e.g. the
+    metric's sampling error on the eval set, below which a ranking is noise).
     """
     true_array, estimated_array = _pair(true, estimated)
     if k < 1:
@@ -56,7 +59,7 @@ def top_k_recall(
     k = min(k, true_array.size)
     threshold = np.sort(true_array)[::-1][k - 1]
     predicted = top_k_indices(estimated_array, k)
-    hits = int(np.count_nonzero(true_array[predicted] >= threshold))
+    hits = int(np.count_nonzero(true_array[predicted] >= threshold - tolerance))
     return hits / k
 
 

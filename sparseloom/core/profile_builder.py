@@ -237,6 +237,7 @@ def _profile_task(
         variant_names=[info.name for info in variants], variant_kinds=features.kinds,
         variant_levels=features.levels, source_accuracy=features.source_accuracy,
         latency_ms=measurement["latency_ms"], latency_spread_ms=measurement["spread_ms"],
+        latency_median_ms=measurement["median_ms"],
         compile_ms=measurement["compile_ms"], load_ms=measurement["load_ms"],
         memory_bytes=measurement["memory_bytes"],
         handoff_ms=handoff, accuracy_estimated=estimated, accuracy_measured=accuracy_measured,

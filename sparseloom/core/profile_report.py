@@ -50,7 +50,7 @@ def validate(
     options: ProfileOptions | None = None,
     latency_samples: int = 60,
     exhaustive_chain_limit: int = 250,
-    repeats: int = 5,
+    repeats: int = 10,
     ablation: bool = True,
     curve: bool = True,
     use_cache: bool = True,
@@ -96,7 +96,8 @@ def validate(
             entry["accuracy"] = accuracy_report(
                 profile, truth[0], estimator=options.accuracy_estimator,
                 feature_set=options.feature_set, n_samples=n_samples, repeats=repeats,
-                seed=options.seed, ablation=ablation, curve=curve)
+                seed=options.seed, ablation=ablation, curve=curve,
+                eval_rows=int(getattr(task, "num_eval", 0)) or None)
         pairs = profile.n_stitched * len(placement_orders(len(chosen), profile.n_positions))
         chains = sample_chains(profile, len(chosen), pairs if pairs <= exhaustive_chain_limit
                                else latency_samples, options.seed)
@@ -110,6 +111,7 @@ def validate(
         measured = fresh.chain_ms
         now = ProfileTable(table.workload, table.processors, {task.name: attrs.evolve(
             profile, latency_ms=fresh.latency_ms, latency_spread_ms=fresh.spread_ms,
+            latency_median_ms=fresh.median_ms,
             handoff_ms=np.nan_to_num(fresh.handoff_ms, nan=0.0))}, table.meta)
         entry["latency"] = latency_report(now, task.name, chains, measured,
                                           options.latency_estimator)
@@ -164,6 +166,9 @@ def _overall(tasks: dict[str, Any], measured: list[np.ndarray], estimated: list[
                      "mae": _mean([a["mae"] for a in accuracy]),
                      "table_top_k_recall": {str(k): _mean(
                          [a["table_top_k_recall"].get(str(k)) for a in accuracy])
+                         for k in HEADLINE_KS},
+                     "top_k_recall_within_noise": {str(k): _mean(
+                         [a["top_k_recall_within_noise"].get(str(k)) for a in accuracy])
                          for k in HEADLINE_KS}},
         "latency": {"mae_ms": mae(all_measured[ok], all_estimated[ok]) if ok.any() else None,
                     "mape": mape(all_measured[ok], all_estimated[ok]) if ok.any() else None,

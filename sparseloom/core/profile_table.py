@@ -40,6 +40,7 @@ ARRAY_FIELDS: dict[str, type] = {
     "accuracy_estimated": np.float32,
     "accuracy_measured": np.float32,
     "fidelity_error": np.float64,
+    "latency_median_ms": np.float64,
 }
 
 ChoicesLike = Sequence[int] | np.ndarray
@@ -61,8 +62,10 @@ class TaskProfile:
         variant_kinds: compressor kind per variant (``dense``, ``int8`` …).
         variant_levels: compression level per variant (V,).
         source_accuracy: measured metric of each original variant (V,).
-        latency_ms: median latency of subgraph (position, variant) on processor (S, V, P).
-        latency_spread_ms: inter-quartile range of those samples (S, V, P).
+        latency_ms: latency of subgraph (position, variant) on processor (S, V, P), the
+            profile's statistic (``meta["profiler"]["statistic"]``, p25 by default) of the
+            timed rounds; what the latency estimators add up.
+        latency_spread_ms: inter-quartile range of those rounds (S, V, P).
         compile_ms: compile time (S, V, P).
         load_ms: load time (S, V, P).
         memory_bytes: memory held once loaded (S, V, P).
@@ -72,6 +75,7 @@ class TaskProfile:
         accuracy_measured: measured metric where measured exactly, NaN elsewhere (V**S,).
         fidelity_error: relative output error of each subgraph against the dense one on
             dense-prefix calibration inputs (S, V); an accuracy-estimator feature.
+        latency_median_ms: the median of the same rounds (S, V, P).
     """
 
     task: str
@@ -89,12 +93,15 @@ class TaskProfile:
     accuracy_estimated: np.ndarray
     accuracy_measured: np.ndarray
     fidelity_error: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0)))
+    latency_median_ms: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
 
     def __attrs_post_init__(self) -> None:
         for name, dtype in ARRAY_FIELDS.items():
             setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
         if self.fidelity_error.size == 0:
             self.fidelity_error = np.zeros(self.latency_ms.shape[:2])
+        if self.latency_median_ms.size == 0:
+            self.latency_median_ms = self.latency_ms.copy()
         self.check()
 
     @property
@@ -120,6 +127,7 @@ class TaskProfile:
             "compile_ms": (s, v, p), "load_ms": (s, v, p), "memory_bytes": (s, v, p),
             "handoff_ms": (max(s - 1, 0), p, p), "accuracy_estimated": (v**s,),
             "accuracy_measured": (v**s,), "fidelity_error": (s, v),
+            "latency_median_ms": (s, v, p),
         }
         for name, shape in expected.items():
             if getattr(self, name).shape != shape:

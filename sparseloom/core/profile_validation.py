@@ -54,10 +54,13 @@ def accuracy_validation(
     repeats: int = 5,
     max_k: int = 20,
     seed: int = 0,
+    tolerance: float = 0.0,
 ) -> dict[str, Any]:
     """Held-out accuracy-estimator figures for one task, averaged over ``repeats`` draws.
 
     :param truth: measured metric of every stitched variant, in table row order (V**S,).
+    :param tolerance: also report top-K recall counting predictions within this much of the
+        K-th best measured value (``top_k_recall_within_noise``).
     :returns: ``top_k_recall`` {K: fraction}, ``recall_curve`` (K = 1..max_k), ``spearman``,
         ``mae``, ``held_out`` (variants judged per draw), ``repeats``.
     """
@@ -66,7 +69,7 @@ def accuracy_validation(
         axis=-1,
     )
     x = stitched_features(features, choices, feature_set)
-    curves, rhos, errors = [], [], []
+    curves, rhos, errors, within = [], [], [], []
     held_out = 0
     for repeat in range(repeats):
         train = sample_training_rows(features.n_variants, features.n_positions, n_samples,
@@ -78,6 +81,8 @@ def accuracy_validation(
         held_out = int(test.size)
         top = min(max_k, test.size)
         curves.append([top_k_recall(truth[test], predicted, k) for k in range(1, top + 1)])
+        within.append([top_k_recall(truth[test], predicted, k, tolerance) for k in HEADLINE_KS
+                       if k <= test.size])
         rhos.append(spearman(truth[test], predicted))
         errors.append(mae(truth[test], predicted))
     if not curves:
@@ -88,6 +93,9 @@ def accuracy_validation(
     return {
         "top_k_recall": {str(k): float(curve[k - 1]) for k in HEADLINE_KS if k <= curve.size},
         "recall_curve": [float(v) for v in curve],
+        "top_k_recall_within_noise": {str(k): float(v) for k, v in zip(
+            HEADLINE_KS, np.mean(np.asarray(within), axis=0), strict=False)},
+        "noise_tolerance": float(tolerance),
         "spearman": _nan_to_none(float(np.nanmean(rhos)) if np.any(np.isfinite(rhos))
                                  else math.nan),
         "mae": float(np.mean(errors)),
@@ -172,12 +180,19 @@ def ground_truth(task: Any, zoo: Any, store: Any, evaluation_processor: str,
 
 def accuracy_report(
     profile: Any, truth: np.ndarray, *, estimator: str, feature_set: str, n_samples: int,
-    repeats: int, seed: int, ablation: bool, curve: bool,
+    repeats: int, seed: int, ablation: bool, curve: bool, eval_rows: int | None = None,
 ) -> dict[str, Any]:
-    """Held-out figures of the chosen estimator, plus ablations and the table's own recall."""
+    """Held-out figures of the chosen estimator, plus ablations and the table's own recall.
+
+    With ``eval_rows`` (the eval set's size) the noise tolerance of the K-th best metric a
+    is its binomial standard error ``sqrt(a (1 − a) / eval_rows)``.
+    """
     features = task_features(profile)
+    best = float(np.nanmax(truth))
+    tolerance = math.sqrt(max(best * (1 - best), 0.0) / eval_rows) if eval_rows else 0.0
     result = accuracy_validation(features, truth, estimator=estimator, n_samples=n_samples,
-                                 feature_set=feature_set, repeats=repeats, seed=seed)
+                                 feature_set=feature_set, repeats=repeats, seed=seed,
+                                 tolerance=tolerance)
     table_accuracy = profile.accuracy()
     result["table_top_k_recall"] = {
         str(k): top_k_recall(truth, table_accuracy, k) for k in HEADLINE_KS}

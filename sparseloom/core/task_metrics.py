@@ -73,7 +73,7 @@ def ctc_accuracy(output: np.ndarray, labels: np.ndarray) -> float:
         )
     errors = 0
     total = 0
-    for hypothesis, reference in zip(ctc_greedy_decode(output), labels):
+    for hypothesis, reference in zip(ctc_greedy_decode(output), labels, strict=True):
         reference = reference[reference != LABEL_PAD]
         errors += edit_distance(hypothesis, reference)
         total += len(reference)

@@ -305,10 +305,8 @@ def run_model(
     batch_size: int = 256,
 ) -> dict[str, np.ndarray]:
     """Run ``model`` over ``inputs`` in batches on ``processor``; outputs by name."""
-    try:
-        from sparseloom.core.inference import run_batched
-    except ModuleNotFoundError:  # until the backends' batched runner lands
-        run_batched = _run_batched_ort
+    from sparseloom.core.inference import run_batched
+
     return run_batched(model, inputs, processor=processor, batch_size=batch_size)
 
 
@@ -328,25 +326,3 @@ def evaluate(
     )
     return task.score(outputs)
 
-
-def _run_batched_ort(
-    model: str | os.PathLike[str] | onnx.ModelProto,
-    inputs: Mapping[str, np.ndarray],
-    *,
-    processor: str = DEFAULT_PROCESSOR,
-    batch_size: int = 256,
-) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
-
-    if processor != "ort:CPU":
-        raise ConfigError(f"processor {processor!r} is not available; use 'ort:CPU'")
-    source = model.SerializeToString() if hasattr(model, "SerializeToString") else os.fspath(model)
-    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
-    count = next(iter(inputs.values())).shape[0]
-    parts: dict[str, list[np.ndarray]] = {}
-    for start in range(0, count, batch_size):
-        feed = {name: array[start : start + batch_size] for name, array in inputs.items()}
-        names = [output.name for output in session.get_outputs()]
-        for name, value in zip(names, session.run(names, feed)):
-            parts.setdefault(name, []).append(value)
-    return {name: np.concatenate(values) for name, values in parts.items()}

@@ -12,12 +12,13 @@ A file task is checked against its model: the data holds exactly the model's inp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,11 @@ def _built_task(definition: TaskDefinition, builder: TaskBuilder, progress: bool
     folder = root / folder_name
     cache_hit = (folder / META_FILE).is_file()
     if not cache_hit:
-        _build_into(folder, definition, builder, config, progress)
+        with _build_lock(folder):
+            # Another process may have built it while this one waited for the lock.
+            cache_hit = (folder / META_FILE).is_file()
+            if not cache_hit:
+                _build_into(folder, definition, builder, config, progress)
     meta = json.loads((folder / META_FILE).read_text())
     info = {**meta, "cache_hit": cache_hit, "cache_dir": str(folder)}
     return load_task_files(
@@ -81,6 +86,23 @@ def _built_task(definition: TaskDefinition, builder: TaskBuilder, progress: bool
     )
 
 
+@contextlib.contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``<folder>.lock`` so that concurrent runs build a task once."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(folder.name + ".lock"), "a+b") as handle:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: the atomic rename alone keeps the cache consistent
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _build_into(
     folder: Path,
     definition: TaskDefinition,
@@ -90,6 +112,7 @@ def _build_into(
 ) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    scratch.chmod(0o755)  # mkdtemp makes it private; the cache is shared
     try:
         started = time.perf_counter()
         returned = dict(builder.build(config, scratch, progress=progress))
@@ -159,7 +182,9 @@ def _read_npz(path: Path, what: str, task: str) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
     except Exception as error:
-        raise ConfigError(f"task {task!r}: {what} file {path} is not a readable .npz: {error}") from None
+        raise ConfigError(
+            f"task {task!r}: {what} file {path} is not a readable .npz: {error}"
+        ) from None
 
 
 def _check_arrays(
@@ -184,7 +209,7 @@ def _check_arrays(
                 f"{where}: array {name!r} has shape {array.shape}, the model input wants rank "
                 f"{len(shape)} {shape}"
             )
-        for axis, (got, want) in enumerate(zip(array.shape[1:], shape[1:]), start=1):
+        for axis, (got, want) in enumerate(zip(array.shape[1:], shape[1:], strict=True), start=1):
             if want is not None and got != want:
                 raise ConfigError(
                     f"{where}: array {name!r} has shape {array.shape}, the model input wants "

@@ -90,7 +90,9 @@ def resolve_builder(reference: str, where: str = "") -> TaskBuilder:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ConfigError(f"{prefix}cannot import builder module {module_name!r}: {error}") from None
+        raise ConfigError(
+            f"{prefix}cannot import builder module {module_name!r}: {error}"
+        ) from None
     builder = getattr(module, attr, None)
     if not isinstance(builder, TaskBuilder):
         raise ConfigError(
@@ -172,7 +174,9 @@ def _parse_task(table: Any, index: int, base: Path, where_file: str) -> TaskDefi
         if key in table:
             path = (base / table[key]).resolve()
             if not path.is_file():
-                raise ConfigError(f"{where}: {key} file {table[key]!r} not found (looked at {path})")
+                raise ConfigError(
+                    f"{where}: {key} file {table[key]!r} not found (looked at {path})"
+                )
             paths[key] = path
     return TaskDefinition(metric=metric, **paths, **common)
 

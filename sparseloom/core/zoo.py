@@ -293,8 +293,15 @@ def _build(
             for variant_id, spec in enumerate(specs):
                 bar.set_postfix_str(f"p{position} {spec.name}")
                 piece = dense_piece
+                skipped: list[str] = []
                 for name, level in spec.steps:
                     compressor = registry.create("compressor", name)
+                    prunable = getattr(compressor, "prunable", None)
+                    if prunable is not None and not prunable(piece):
+                        # Nothing this pruner can shrink here (say a DFT front end alone):
+                        # the step is the identity at this position, and the manifest says so.
+                        skipped.append(name)
+                        continue
                     try:
                         piece = compressor.compress(piece, level, calibration)
                     except SparseloomError as error:
@@ -318,6 +325,7 @@ def _build(
                     "size_bytes": path.stat().st_size,
                     "inputs": [t["name"] for t in dense_signature["inputs"]],
                     "outputs": [t["name"] for t in dense_signature["outputs"]],
+                    "skipped": skipped,
                 })
                 bar.update(1)
             if position + 1 < subgraphs:  # the dense prefix's activations at the next position

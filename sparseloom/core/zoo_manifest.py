@@ -4,7 +4,8 @@ Format (``docs/zoo.md`` has a full example): ``task``, ``hash``, ``dense_model``
 ``build_config``, ``partition`` (cuts, costs), ``positions`` (boundary tensors of each
 position: name, dtype, shape, dense source name), ``variants`` (id, name, kind, compressor,
 level, steps, metric, size) and ``subgraphs`` (for every position and variant: the ONNX path
-relative to the zoo directory, SHA-256, size, boundary input and output names).
+relative to the zoo directory, SHA-256, size, boundary input and output names, and the
+compressor steps skipped there because nothing was prunable).
 """
 
 from __future__ import annotations

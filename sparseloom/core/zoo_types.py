@@ -132,6 +132,8 @@ class SubgraphInfo:
         size_bytes: the file's size.
         inputs: boundary input tensor names.
         outputs: boundary output tensor names.
+        skipped: compressor steps left out here because the compressor's ``prunable()`` found
+            nothing to prune in this subgraph (the step is the identity at this position).
     """
 
     position: int
@@ -141,6 +143,7 @@ class SubgraphInfo:
     size_bytes: int
     inputs: tuple[str, ...] = attrs.field(converter=as_tuple)
     outputs: tuple[str, ...] = attrs.field(converter=as_tuple)
+    skipped: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
 
 
 @attrs.frozen

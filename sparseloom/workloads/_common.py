@@ -194,7 +194,7 @@ def stratified_split(
     first, second = [], []
     for label in np.unique(labels):
         index = rng.permutation(np.flatnonzero(labels == label))
-        cut = int(round(len(index) * fraction))
+        cut = round(len(index) * fraction)
         second.append(index[:cut])
         first.append(index[cut:])
     return np.sort(np.concatenate(first)), np.sort(np.concatenate(second))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Sequence
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +55,7 @@ def _run(voice: str, speed: int, pitch: int, text: str, ssml: bool) -> np.ndarra
     command = [espeak_binary(), "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout"]
     if ssml:
         command.append("-m")
-    result = subprocess.run(command + [text], capture_output=True, check=True, timeout=120)
+    result = subprocess.run([*command, text], capture_output=True, check=True, timeout=120)
     raw = result.stdout
     start = raw.find(b"data") + 8  # skip the RIFF header (its sizes are not filled in)
     return np.frombuffer(raw[start : start + (len(raw) - start) // 2 * 2], dtype="<i2")
@@ -74,7 +74,7 @@ def _split(samples: np.ndarray, count: int) -> list[np.ndarray] | None:
     if loud[-1]:
         stops.append(len(samples))
     pieces: list[list[int]] = []
-    for start, stop in zip(starts, stops):
+    for start, stop in zip(starts, stops, strict=True):
         if pieces and start - pieces[-1][1] < _MIN_GAP_S * ESPEAK_RATE:
             pieces[-1][1] = stop
         else:
@@ -93,7 +93,7 @@ def _ssml(texts: Sequence[str], prosody: Sequence[tuple[int, int]]) -> str:
     spoken = "".join(
         f'<prosody rate="{rate}%" pitch="{pitch:+d}%">{text}</prosody>'
         f'<break time="{_BREAK_MS}ms"/>'
-        for text, (rate, pitch) in zip(texts, prosody)
+        for text, (rate, pitch) in zip(texts, prosody, strict=True)
     )
     return f"<speak>{spoken}</speak>"
 
@@ -112,7 +112,7 @@ def synthesise_group(
     pieces = _split(_run(voice, speed, pitch, _ssml(texts, prosody), ssml=True), len(texts))
     if pieces is None:
         pieces = []
-        for text, one in zip(texts, prosody):
+        for text, one in zip(texts, prosody, strict=True):
             single = _split(_run(voice, speed, pitch, _ssml([text], [one]), ssml=True), 1)
             if single is None:
                 raise RuntimeError(f"espeak-ng gave no audio for {text!r} with voice {voice}")

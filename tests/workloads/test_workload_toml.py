@@ -111,7 +111,8 @@ BAD_TOML = [
     ('[[task]]\nname = "t"\nbuilder = "tiny"\n[task.options]\nepochs = "2"\n',
      "option 'epochs' must be int"),
     ('[[task]]\nname = "t"\nbuilder = "nosuch"\n', "unknown builder 'nosuch'"),
-    ('[[task]]\nname = "t"\nbuilder = "os:path"\n', "is not a sparseloom.core.workload.TaskBuilder"),
+    ('[[task]]\nname = "t"\nbuilder = "os:path"\n',
+     "is not a sparseloom.core.workload.TaskBuilder"),
     ('[[task]]\nname = "t"\nbuilder = "tiny"\nmodel = "model.onnx"\n', "takes no model"),
     ('[[task]]\nname = "t"\nmodel = "model.onnx"\ndata = "eval.npz"\nmetric = "f1"\n',
      "unknown metric 'f1'"),
@@ -177,7 +178,7 @@ def test_labels_dtype_and_calibration_mismatches_are_refused(user_files: Path):
     _save(user_files / "calx.npz", x=zeros)
     path = write(user_files, '[[task]]\nname = "t"\nmodel = "model.onnx"\ndata = "eval.npz"\n'
                  'calibration = "calx.npz"\n')
-    with pytest.raises(ConfigError, match="calibration .*missing \\['y'\\]"):
+    with pytest.raises(ConfigError, match=r"calibration .*missing \['y'\]"):
         load_workload(path, progress=False)
     (user_files / "broken.onnx").write_bytes(b"not a model")
     path = write(user_files, '[[task]]\nname = "t"\nmodel = "broken.onnx"\ndata = "eval.npz"\n')
