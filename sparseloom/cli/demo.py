@@ -37,12 +37,11 @@ def demo_command(
     from sparseloom.cli.devices import devices_command
     from sparseloom.cli.profile import profile_command
     from sparseloom.cli.workloads import build_command
+    from sparseloom.cli.zoo import _processors, _subgraphs, plot_pareto, write_pareto_csv
     from sparseloom.cli.zoo import build_command as zoo_build_command
     from sparseloom.core.pareto import pareto_analysis
     from sparseloom.core.workload import load_workload
     from sparseloom.core.zoo import build_zoo
-
-    from sparseloom.cli.zoo import _processors, _subgraphs, plot_pareto, write_pareto_csv
 
     started = time.perf_counter()
     total = 5

@@ -19,6 +19,7 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for index, row in enumerate(cells):
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        padded = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo("  ".join(padded).rstrip())
         if index == 0:
             click.echo("  ".join("-" * width for width in widths))

@@ -11,6 +11,7 @@ random processor orders), and returns a JSON-ready report with per-task and over
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,6 +73,7 @@ def validate(
 
     options = options or ProfileOptions()
     resolve_backend = resolve_backend or default_backend_resolver
+    load_at_start = _load_average()
     loaded = load_workload(workload, progress=progress) if isinstance(workload, str) else workload
     chosen = resolve_processors(processors, loaded)
     zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
@@ -142,9 +144,21 @@ def validate(
         "tasks": tasks,
         "overall": _overall(tasks, pooled_measured, pooled_estimated),
         "failures": table.meta["failures"],
+        "environment": {"cpu_count": os.cpu_count(), "statistic": options.config.statistic,
+                        "repeats": options.config.repeats,
+                        "load_average_start": load_at_start,
+                        "load_average_end": _load_average()},
     }
     report["goals"] = _goals(report["overall"])
     return table, report
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average: how busy the machine was while latencies were timed."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _mean(values: list[float | None]) -> float | None:

