@@ -47,13 +47,15 @@ def measure_subgraph_latencies(
     *,
     runs: int = 7,
     warmup: int = 2,
+    settle: int = 3,
     progress: bool = False,
 ) -> np.ndarray:
     """Median batch-1 latency in ms of every subgraph, shape ``(S, V)``.
 
     Position ``j`` runs on ``order[j]`` (one processor per position). Every subgraph is loaded
-    first, then timed once per round (right after one untimed call), round after round, so
-    that a burst of load from other processes spreads over all subgraphs instead of skewing one.
+    first, then timed once per round (right after ``settle`` untimed calls), round after round,
+    so that a burst of load from other processes spreads over all subgraphs instead of skewing
+    one; the result is the median over the ``runs`` rounds.
     """
     from tqdm import tqdm
 
@@ -79,9 +81,11 @@ def measure_subgraph_latencies(
             bar.update(1)
         for _ in range(runs):
             for (position, variant), (backend, model) in loaded.items():
-                # An untimed call first: the processor's pinned worker may have to wait for
-                # its core after the other processor ran; that wake-up is not the model's cost.
-                backend.infer(model, feeds[position])
+                # Untimed calls first: right after another processor ran, the first few calls
+                # are several times slower (its workers still hold the shared cores); that
+                # switch is not this subgraph's cost.
+                for _ in range(settle):
+                    backend.infer(model, feeds[position])
                 started = time.perf_counter()
                 backend.infer(model, feeds[position])
                 samples[(position, variant)].append((time.perf_counter() - started) * 1e3)

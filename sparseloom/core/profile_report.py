@@ -68,7 +68,6 @@ def validate(
     :param ablation: also judge the other built-in estimator and the paper's feature set.
     :param curve: also compute top-10 recall against the number of training samples.
     """
-    from sparseloom.core.evaluate import SubgraphRunner
     from sparseloom.core.workload import load_workload
 
     options = options or ProfileOptions()
@@ -100,35 +99,14 @@ def validate(
                 feature_set=options.feature_set, n_samples=n_samples, repeats=repeats,
                 seed=options.seed, ablation=ablation, curve=curve,
                 eval_rows=int(getattr(task, "num_eval", 0)) or None)
-        pairs = profile.n_stitched * len(placement_orders(len(chosen), profile.n_positions))
-        chains = sample_chains(profile, len(chosen), pairs if pairs <= exhaustive_chain_limit
-                               else latency_samples, options.seed)
-        with SubgraphRunner(processor=options.evaluation_processor) as runner:
-            inputs, _ = dense_activations(task, zoo, runner, rows=1)
-        # Ground-truth chains are timed in the same interleaved rounds as a fresh profile of
-        # the subgraphs, so drift in machine load between the cached profile and now is not
-        # counted as estimator error; the cached profile's own error is reported beside it.
-        fresh = measure_task(task.name, subgraph_jobs(zoo, inputs), chosen, resolve_backend,
-                             options.config, chains=chains, seed=options.seed + 7)
-        measured = fresh.chain_ms
-        now = ProfileTable(table.workload, table.processors, {task.name: attrs.evolve(
-            profile, latency_ms=fresh.latency_ms, latency_spread_ms=fresh.spread_ms,
-            latency_median_ms=fresh.median_ms,
-            handoff_ms=np.nan_to_num(fresh.handoff_ms, nan=0.0))}, table.meta)
-        entry["latency"] = latency_report(now, task.name, chains, measured,
-                                          options.latency_estimator)
-        cached = latency_report(table, task.name, chains, measured, options.latency_estimator)
-        entry["latency"]["cached_profile"] = {k: cached[k] for k in ("mae_ms", "mape", "count")}
-        ratio = fresh.latency_ms / profile.latency_ms
-        entry["latency"]["drift"] = _mean([float(np.nanmedian(ratio))])
-        estimated = np.array([p["estimated_ms"] if p["estimated_ms"] is not None else np.nan
-                              for p in entry["latency"]["points"]])
+        latency, measured, chain_seconds, complete = _latency_entry(
+            table, task, zoo, chosen, options, resolve_backend, latency_samples,
+            exhaustive_chain_limit)
+        entry["latency"] = latency
         pooled_measured.append(measured)
-        pooled_estimated.append(estimated)
+        pooled_estimated.append(np.array([np.nan if p["estimated_ms"] is None
+                                          else p["estimated_ms"] for p in latency["points"]]))
         finite = measured[np.isfinite(measured)]
-        chain_seconds = float(finite.sum()) * (options.config.repeats + options.config.warmup
-                                               ) / 1e3
-        complete = len(chains) == pairs
         entry["profiling"] = task_cost(
             table.meta["timings"][task.name], n_positions=profile.n_positions,
             n_variants=profile.n_variants, n_processors=len(chosen), n_samples=n_samples,
@@ -151,6 +129,42 @@ def validate(
     }
     report["goals"] = _goals(report["overall"])
     return table, report
+
+
+def _latency_entry(
+    table: ProfileTable, task: Any, zoo: Any, chosen: Sequence[Any], options: ProfileOptions,
+    resolve_backend: BackendResolver, latency_samples: int, exhaustive_chain_limit: int,
+) -> tuple[dict[str, Any], np.ndarray, float, bool]:
+    """Time chains end to end and judge the latency estimator on them.
+
+    Returns the report entry, the measured chain latencies, the seconds spent timing chains
+    and whether every (stitched variant, order) pair was timed.
+    """
+    from sparseloom.core.evaluate import SubgraphRunner
+
+    profile = table.task(task.name)
+    pairs = profile.n_stitched * len(placement_orders(len(chosen), profile.n_positions))
+    chains = sample_chains(profile, len(chosen), pairs if pairs <= exhaustive_chain_limit
+                           else latency_samples, options.seed)
+    with SubgraphRunner(processor=options.evaluation_processor) as runner:
+        inputs, _ = dense_activations(task, zoo, runner, rows=1)
+    # Ground-truth chains are timed in the same interleaved rounds as a fresh profile of the
+    # subgraphs, so drift in machine load between the cached profile and now is not counted
+    # as estimator error; the cached profile's own error is reported beside it.
+    fresh = measure_task(task.name, subgraph_jobs(zoo, inputs), chosen, resolve_backend,
+                         options.config, chains=chains, seed=options.seed + 7)
+    now = ProfileTable(table.workload, table.processors, {task.name: attrs.evolve(
+        profile, latency_ms=fresh.latency_ms, latency_spread_ms=fresh.spread_ms,
+        latency_median_ms=fresh.median_ms,
+        handoff_ms=np.nan_to_num(fresh.handoff_ms, nan=0.0))}, table.meta)
+    entry = latency_report(now, task.name, chains, fresh.chain_ms, options.latency_estimator)
+    cached = latency_report(table, task.name, chains, fresh.chain_ms, options.latency_estimator)
+    entry["cached_profile"] = {key: cached[key] for key in ("mae_ms", "mape", "count")}
+    entry["drift"] = _mean([float(np.nanmedian(fresh.latency_ms / profile.latency_ms))])
+    entry["failures"] = [attrs.asdict(failure) for failure in fresh.failures]
+    finite = fresh.chain_ms[np.isfinite(fresh.chain_ms)]
+    rounds = options.config.repeats + options.config.warmup
+    return entry, fresh.chain_ms, float(finite.sum()) * rounds / 1e3, len(chains) == pairs
 
 
 def _load_average() -> float | None:
