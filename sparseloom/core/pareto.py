@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -53,9 +53,12 @@ def measure_subgraph_latencies(
     """Median batch-1 latency in ms of every subgraph, shape ``(S, V)``.
 
     Position ``j`` runs on ``order[j]`` (one processor per position). Every subgraph is loaded
-    first, then timed once per round (right after ``settle`` untimed calls), round after round,
-    so that a burst of load from other processes spreads over all subgraphs instead of skewing
-    one; the result is the median over the ``runs`` rounds.
+    first, then timed once per round, round after round, so that a burst of load from other
+    processes spreads over all subgraphs instead of skewing one; the result is the median over
+    the ``runs`` rounds. Within a round the subgraphs of one processor run together, in a
+    shuffled order, after the processor has run untimed for a while: right after the other
+    processor ran, calls are several times slower on shared cores, which is not the cost of
+    whichever subgraph happens to come first. Each timed call follows ``settle`` untimed ones.
     """
     from tqdm import tqdm
 
@@ -79,17 +82,23 @@ def measure_subgraph_latencies(
             for _ in range(warmup):
                 backend.infer(model, feeds[position])
             bar.update(1)
+        groups: dict[str, list[tuple[int, int]]] = {}
+        for cell in cells:
+            groups.setdefault(processors[cell[0]], []).append(cell)
+        shuffler = random.Random(0)
         for _ in range(runs):
-            for (position, variant), (backend, model) in loaded.items():
-                # Untimed calls first: right after another processor ran, the first few calls
-                # are several times slower (its workers still hold the shared cores); that
-                # switch is not this subgraph's cost.
-                for _ in range(settle):
+            for group in groups.values():
+                visit = list(group)
+                shuffler.shuffle(visit)  # no subgraph is always first after a switch
+                _settle_processor(*loaded[visit[0]], feeds[visit[0][0]])
+                for position, variant in visit:
+                    backend, model = loaded[(position, variant)]
+                    for _ in range(settle):
+                        backend.infer(model, feeds[position])
+                    started = time.perf_counter()
                     backend.infer(model, feeds[position])
-                started = time.perf_counter()
-                backend.infer(model, feeds[position])
-                samples[(position, variant)].append((time.perf_counter() - started) * 1e3)
-                bar.update(1)
+                    samples[(position, variant)].append((time.perf_counter() - started) * 1e3)
+                    bar.update(1)
     finally:
         bar.close()
         for backend, model in loaded.values():
@@ -98,6 +107,14 @@ def measure_subgraph_latencies(
     for (position, variant), values in samples.items():
         latencies[position, variant] = float(np.median(values))
     return latencies
+
+
+def _settle_processor(
+    backend: Any, model: Any, inputs: Mapping[str, np.ndarray], seconds: float = 0.02
+) -> None:
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        backend.infer(model, inputs)
 
 
 def sample_stitched(
