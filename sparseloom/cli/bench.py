@@ -26,7 +26,7 @@ def bench() -> None:
 def bench_backends(processor_specs: str, requests: int, channels: int, as_json: bool) -> None:
     """Per-call overhead of infer_async versus the bare runtime call, and the speed-up of
     running the processors in parallel versus one after the other, in one run."""
-    from sparseloom.plugins.backends._bench import benchmark_backends
+    from sparseloom.plugins.backends._bench import _BATCH_ROUNDS, benchmark_backends
 
     specs = [s.strip() for s in processor_specs.split(",") if s.strip()]
     report = benchmark_backends(specs, requests=requests, channels=channels)
@@ -35,10 +35,17 @@ def bench_backends(processor_specs: str, requests: int, channels: int, as_json: 
         return
     click.echo(f"model: {report['model']}; {requests} requests per measurement")
     echo_table(
-        ["processor", "cores", "bare ms (median)", "infer_async ms (median)", "overhead"],
+        ["processor", "cores", "bare ms", "infer_async ms", "overhead", "infer ms", "overhead",
+         f"{requests} in flight ms/req", "vs bare back to back"],
         [[r["processor"], ",".join(map(str, r["cores"])) or "any", f"{r['bare_ms']:.3f}",
-          f"{r['async_ms']:.3f}", f"{r['overhead_pct']:+.1f}%"] for r in report["overhead"]],
+          f"{r['async_ms']:.3f}", f"{r['overhead_pct']:+.1f}%", f"{r['infer_ms']:.3f}",
+          f"{r['infer_overhead_pct']:+.1f}%",
+          f"{r['throughput']['async_ms_per_request']:.3f}",
+          f"{r['throughput']['overhead_pct']:+.1f}% ({r['throughput']['bare_ms_per_request']:.3f})"]
+         for r in report["overhead"]],
     )
+    click.echo("latencies: medians, one request at a time; in flight: median ms per request "
+               f"over {_BATCH_ROUNDS} interleaved rounds")
     parallel = report["parallel"]
     click.echo(
         f"parallel: {' + '.join(parallel['processors'])}: serial {parallel['serial_s']:.3f} s, "

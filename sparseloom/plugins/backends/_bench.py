@@ -2,9 +2,12 @@
 
 Two numbers, measured in one run on one model:
 
-- per-call overhead: the median latency of ``backend.infer_async(...).result()`` versus the bare
-  runtime call (``InferenceSession.run`` / ``InferRequest.infer`` on the calling thread), the two
-  interleaved request by request so that machine noise hits both alike;
+- per-call overhead: the median latency of ``backend.infer_async(...).result()`` and of
+  ``backend.infer(...)`` versus the bare runtime call (``InferenceSession.run`` /
+  ``InferRequest.infer``), all three from one thread pinned to the processor's cores (as the
+  processor's worker is) and interleaved request by request so that machine noise hits them
+  alike; and the throughput overhead: N requests in flight at once through ``infer_async``
+  versus N bare calls back to back (median over interleaved rounds);
 - parallel speed-up: the time to run N requests on each processor one processor after the
   other, divided by the time with all processors' requests in flight at once.
 """
@@ -81,22 +84,55 @@ def _on_pinned_thread(cores: Sequence[int], fn: Callable[[], Any]) -> Any:
 
 def _overhead(backend: Any, loaded: Any, inputs: dict[str, Any], requests: int
               ) -> dict[str, Any]:
+    """Latency (one request at a time) and throughput (``requests`` in flight at once) of
+    the backend's calls versus the bare runtime call, all made from the calling thread."""
     bare = _bare_call(loaded, inputs)
+    calls: dict[str, Callable[[], Any]] = {
+        "bare": bare,
+        "async": lambda: backend.infer_async(loaded, inputs).result(),
+        "infer": lambda: backend.infer(loaded, inputs),
+    }
     for _ in range(10):
-        bare()
-        backend.infer(loaded, inputs)
-    bare_s, async_s = [], []
+        for call in calls.values():
+            call()
+    latency: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(requests):
-        start = time.perf_counter()
-        bare()
-        bare_s.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        backend.infer_async(loaded, inputs).result()
-        async_s.append(time.perf_counter() - start)
-    bare_ms, async_ms = _median_ms(bare_s), _median_ms(async_s)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            latency[name].append(time.perf_counter() - start)
+
+    def back_to_back() -> None:
+        for _ in range(requests):
+            bare()
+
+    def in_flight() -> None:
+        for future in [backend.infer_async(loaded, inputs) for _ in range(requests)]:
+            future.result()
+
+    batch: dict[str, list[float]] = {"bare": [], "async": []}
+    for _ in range(_BATCH_ROUNDS):
+        for name, run in (("bare", back_to_back), ("async", in_flight)):
+            start = time.perf_counter()
+            run()
+            batch[name].append((time.perf_counter() - start) / requests)
+    ms = {name: _median_ms(samples) for name, samples in latency.items()}
+    per_request = {name: _median_ms(samples) for name, samples in batch.items()}
+
+    def pct(value: float, base: float) -> float:
+        return 100.0 * (value - base) / base
+
     return {"processor": loaded.processor.name, "cores": list(loaded.processor.cores),
-            "bare_ms": bare_ms, "async_ms": async_ms,
-            "overhead_pct": 100.0 * (async_ms - bare_ms) / bare_ms}
+            "bare_ms": ms["bare"], "async_ms": ms["async"],
+            "overhead_pct": pct(ms["async"], ms["bare"]),
+            "infer_ms": ms["infer"], "infer_overhead_pct": pct(ms["infer"], ms["bare"]),
+            "throughput": {"bare_ms_per_request": per_request["bare"],
+                           "async_ms_per_request": per_request["async"],
+                           "overhead_pct": pct(per_request["async"], per_request["bare"])}}
+
+
+#: Interleaved rounds of the throughput measurement (``requests`` requests each).
+_BATCH_ROUNDS = 5
 
 
 def benchmark_backends(specs: Sequence[str], requests: int = 200, channels: int = 32

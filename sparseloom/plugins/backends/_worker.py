@@ -55,6 +55,15 @@ def executor_for(processor: Processor) -> ThreadPoolExecutor:
         return pool
 
 
+def on_cores(processor: Processor) -> bool:
+    """Whether the calling thread is already confined to the processor's (non-empty) cores,
+    so that work it runs itself stays pinned without a hop to the processor's pool."""
+    cores = processor.cores
+    if not cores or not hasattr(os, "sched_getaffinity"):
+        return False
+    return os.sched_getaffinity(0) <= set(cores)
+
+
 def run_on(processor: Processor, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Run ``fn`` on the processor's pool and wait for it (exceptions are re-raised here)."""
     future: Future[Any] = executor_for(processor).submit(fn, *args, **kwargs)

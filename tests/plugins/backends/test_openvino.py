@@ -228,9 +228,11 @@ def _thread_cpu_ticks() -> dict[str, tuple[int, frozenset[int]]]:
 
 
 @pytest.mark.parametrize("spec", ["ov:CPU", "ort:CPU"])
-def test_compute_runs_on_threads_pinned_to_the_processor(spec):
+@pytest.mark.parametrize("call", ["infer_async", "infer"])
+def test_compute_runs_on_threads_pinned_to_the_processor(spec, call):
     # The pinning is measured, not assumed: the CPU time the requests cost must be spent by
-    # threads confined to the processor's cores (OpenVINO's own threads included).
+    # threads confined to the processor's cores (OpenVINO's own threads included), also when
+    # the synchronous infer is called from this unpinned thread.
     from sparseloom.core.inference import load_model
     from sparseloom.plugins.backends._bench import conv_model
 
@@ -240,8 +242,12 @@ def test_compute_runs_on_threads_pinned_to_the_processor(spec):
     try:
         x = {"x": np.random.default_rng(0).standard_normal((1, 32, 32, 32)).astype(np.float32)}
         before = _thread_cpu_ticks()
-        for future in [backend.infer_async(loaded, x) for _ in range(80)]:
-            future.result(timeout=60)
+        if call == "infer":
+            for _ in range(80):
+                backend.infer(loaded, x)
+        else:
+            for future in [backend.infer_async(loaded, x) for _ in range(80)]:
+                future.result(timeout=60)
         after = _thread_cpu_ticks()
     finally:
         backend.unload(loaded)
@@ -251,3 +257,72 @@ def test_compute_runs_on_threads_pinned_to_the_processor(spec):
     pinned = sum(t for tid, t in spent.items() if after[tid][1] <= cores)
     assert total > 0
     assert pinned >= 0.8 * total, (pinned, total, after)
+
+
+def _reshape_model():
+    """x[N] reshaped to [2, 2]: any N but 4 fails inside the runtime, after validation."""
+    import onnx
+    import onnx.helper as helper
+    import onnx.numpy_helper as numpy_helper
+
+    shape = numpy_helper.from_array(np.array([2, 2], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+# ORT only: OpenVINO 2026.4 (CPU, as sparseloom configures it) returns uninitialized data for
+# this bad reshape instead of failing.
+@pytest.mark.parametrize("spec", ["ort:CPU"])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_runtime_failure_is_raised_by_infer_and_set_on_the_future(spec, pinned, backend_errors):
+    from sparseloom.core.inference import load_model
+    from sparseloom.plugins.backends._bench import _on_pinned_thread
+
+    backend, loaded = load_model(_reshape_model(), spec)
+    try:
+        bad = {"x": np.ones(3, np.float32)}
+        def call():
+            with pytest.raises(BackendError, match=f"infer on {spec} failed"):
+                backend.infer(loaded, bad)
+            return True
+
+        assert _on_pinned_thread(loaded.processor.cores, call) if pinned else call()
+        assert isinstance(backend.infer_async(loaded, bad).exception(timeout=30), BackendError)
+        good = {"x": np.arange(4, dtype=np.float32)}
+        np.testing.assert_array_equal(backend.infer(loaded, good)["y"], [[0, 1], [2, 3]])
+    finally:
+        backend.unload(loaded)
+    assert [operation for _, operation, _ in backend_errors] == ["infer", "infer"]
+
+
+@pytest.mark.parametrize("spec", ["ov:CPU", "ort:CPU"])
+def test_infer_from_a_pinned_thread_does_not_hop_to_the_worker(spec):
+    from sparseloom.core.inference import load_model
+    from sparseloom.plugins.backends._bench import _on_pinned_thread, conv_model
+
+    backend, loaded = load_model(conv_model(4), spec)
+    x = {"x": np.zeros((1, 4, 32, 32), np.float32)}
+    try:
+        submitted = []
+        real_submit = loaded.executor.submit
+        loaded.executor = _CountingExecutor(real_submit, submitted)
+        _on_pinned_thread(loaded.processor.cores, lambda: backend.infer(loaded, x))
+        assert submitted == []
+        backend.infer_async(loaded, x).result(timeout=30)
+        assert len(submitted) == 1
+    finally:
+        backend.unload(loaded)
+
+
+class _CountingExecutor:
+    def __init__(self, submit, submitted):
+        self._submit, self._submitted = submit, submitted
+
+    def submit(self, fn, *args, **kwargs):
+        self._submitted.append(fn)
+        return self._submit(fn, *args, **kwargs)
