@@ -29,6 +29,7 @@ import numpy as np
 from sparseloom import __version__
 from sparseloom.core.accuracy_features import (
     DEFAULT_FEATURE_SET,
+    FEATURE_SETS,
     SubgraphFeatures,
     default_sample_count,
     relative_error,
@@ -73,7 +74,8 @@ class ProfileOptions:
     accuracy_estimator: str = "xgboost"
     latency_estimator: str = "additive"
     samples: int | None = None
-    feature_set: str = DEFAULT_FEATURE_SET
+    feature_set: str = attrs.field(default=DEFAULT_FEATURE_SET,
+                                   validator=attrs.validators.in_(FEATURE_SETS))
     config: ProfilerConfig = attrs.field(factory=ProfilerConfig)
     subgraphs: int | None = None
     seed: int = 0

@@ -126,16 +126,22 @@ def overall_cost(per_task: Mapping[str, Mapping[str, Any]], target_variants: int
         known = [float(value) for value in values if value is not None]
         return float(sum(known)) if len(known) == len(values) else None
 
+    def summed(source: str) -> dict[str, Any]:
+        estimate = total("seconds_estimate", source)
+        exhaustive = total("exhaustive_seconds_estimate", source)
+        return {"seconds_estimate": estimate, "exhaustive_seconds_estimate": exhaustive,
+                "reduction": 1.0 - estimate / exhaustive
+                if estimate is not None and exhaustive else None}
+
     seconds, exhaustive = total("seconds"), total("exhaustive_seconds_estimate")
-    key = f"v{target_variants}"
-    v10_seconds = total("seconds_estimate", key)
-    v10_exhaustive = total("exhaustive_seconds_estimate", key)
+    measured = total("exhaustive_seconds_measured")
     return {
         "seconds": seconds,
         "exhaustive_seconds_estimate": exhaustive,
-        "exhaustive_seconds_measured": total("exhaustive_seconds_measured"),
+        "exhaustive_seconds_measured": measured,
         "reduction": 1.0 - seconds / exhaustive if seconds is not None and exhaustive else None,
-        key: {"seconds_estimate": v10_seconds, "exhaustive_seconds_estimate": v10_exhaustive,
-              "reduction": 1.0 - v10_seconds / v10_exhaustive
-              if v10_seconds is not None and v10_exhaustive else None},
+        "reduction_measured": 1.0 - seconds / measured
+        if seconds is not None and measured else None,
+        f"v{target_variants}": summed(f"v{target_variants}"),
+        "paper_setting": summed("paper_setting"),
     }

@@ -213,7 +213,8 @@ def accuracy_report(
         result["ablation"] = others
     if curve:
         v, s = profile.n_variants, profile.n_positions
-        counts = sorted({min(v**s - 1, c) for c in (v + 4, 2 * s * v, 3 * s * v, 4 * s * v)})
+        counts = sorted({min(v**s - 1, c)
+                         for c in (v + 4, 2 * s * v, n_samples, 3 * s * v, 4 * s * v)})
         result["learning_curve"] = learning_curve(
             features, truth, estimator=estimator, feature_set=feature_set,
             sample_counts=[c for c in counts if c > v], repeats=repeats, seed=seed)

@@ -51,6 +51,22 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def seeded_generators(seed: int) -> tuple[torch.Generator, np.random.Generator]:
+    """:func:`seed_everything`'s torch generator plus a NumPy generator for data sampling."""
+    return seed_everything(seed), np.random.default_rng(seed)
+
+
+def run_build(
+    build: Callable[[Mapping[str, Any], Path, bool], dict[str, Any]],
+    config: Mapping[str, Any],
+    out_dir: Path,
+    progress: bool,
+) -> dict[str, Any]:
+    """``build(config, out_dir, progress)`` inside :func:`torch_threads`."""
+    with torch_threads():
+        return build(config, out_dir, progress)
+
+
 def progress_bar(iterable: Iterable[Any], *, total: int | None, desc: str, enabled: bool) -> Any:
     """A tqdm bar on stderr (or the bare iterable when progress is off)."""
     if not enabled:
@@ -130,6 +146,25 @@ def train(
     model.eval()
 
 
+def train_from_config(
+    model: nn.Module,
+    inputs: Sequence[torch.Tensor],
+    targets: torch.Tensor,
+    config: Mapping[str, Any],
+    *,
+    generator: torch.Generator,
+    progress: bool,
+    desc: str,
+    loss_fn: Callable[[Any, torch.Tensor], torch.Tensor] = nn.functional.cross_entropy,
+) -> None:
+    """:func:`train` with ``epochs``, ``batch_size`` and ``lr`` from a builder's ``config``."""
+    train(
+        model, inputs, targets, loss_fn=loss_fn, epochs=config["epochs"],
+        batch_size=config["batch_size"], lr=config["lr"], generator=generator,
+        progress=progress, desc=desc,
+    )
+
+
 @torch.no_grad()
 def predict(model: nn.Module, inputs: Sequence[torch.Tensor], batch_size: int = 256) -> np.ndarray:
     """The model's (first) output over ``inputs``, batched, as a NumPy array."""
@@ -139,6 +174,13 @@ def predict(model: nn.Module, inputs: Sequence[torch.Tensor], batch_size: int = 
         output = model(*(tensor[start : start + batch_size] for tensor in inputs))
         parts.append((output[0] if isinstance(output, tuple) else output).numpy())
     return np.concatenate(parts)
+
+
+def accuracy(
+    model: nn.Module, inputs: Sequence[torch.Tensor], labels: np.ndarray, batch_size: int = 256
+) -> float:
+    """The fraction of ``labels`` that the argmax of :func:`predict` gets right."""
+    return float(np.mean(predict(model, inputs, batch_size).argmax(-1) == labels))
 
 
 def export_onnx(
@@ -184,6 +226,19 @@ def save_task_files(
     """Write ``eval.npz`` (inputs + ``labels``) and ``calibration.npz`` into ``out_dir``."""
     np.savez(out_dir / "eval.npz", labels=labels, **eval_inputs)
     np.savez(out_dir / "calibration.npz", **calibration_inputs)
+
+
+def export_task(
+    out_dir: Path,
+    model: nn.Module,
+    example: Mapping[str, torch.Tensor],
+    eval_inputs: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    calibration_inputs: Mapping[str, np.ndarray],
+) -> None:
+    """Export ``model`` (output ``logits``) to ``out_dir/model.onnx``, then its data files."""
+    export_onnx(model, example, ["logits"], out_dir / "model.onnx")
+    save_task_files(out_dir, eval_inputs, labels, calibration_inputs)
 
 
 def stratified_split(

@@ -103,18 +103,15 @@ def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) ->
     """Train the time-patch ViT on BasicMotions and write its task files into ``out_dir``."""
     from sparseloom.workloads import _common
 
-    with _common.torch_threads():
-        return _build(config, out_dir, progress)
+    return _common.run_build(_build, config, out_dir, progress)
 
 
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
-    import numpy as np
     import torch
 
     from sparseloom.workloads import _common
 
-    generator = _common.seed_everything(config["seed"])
-    rng = np.random.default_rng(config["seed"])
+    generator, rng = _common.seeded_generators(config["seed"])
     train_x, train_y = read_basic_motions("TRAIN")
     test_x, test_y = read_basic_motions("TEST")
     mean = train_x.mean(axis=(0, 2), keepdims=True)
@@ -122,19 +119,16 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
     augmented_x, augmented_y = augment(train_x, train_y, config["augment_copies"], rng)
     model = _activity_model(config, train_x.shape[1], train_x.shape[2])
-    _common.train(
-        model, [torch.from_numpy(augmented_x)], torch.from_numpy(augmented_y),
-        loss_fn=torch.nn.functional.cross_entropy, epochs=config["epochs"],
-        batch_size=config["batch_size"], lr=config["lr"], generator=generator,
-        progress=progress, desc="activity: training",
+    _common.train_from_config(
+        model, [torch.from_numpy(augmented_x)], torch.from_numpy(augmented_y), config,
+        generator=generator, progress=progress, desc="activity: training",
     )
-    predictions = _common.predict(model, [torch.from_numpy(test_x)]).argmax(-1)
+    torch_metric = _common.accuracy(model, [torch.from_numpy(test_x)], test_y)
     example = {"signal": torch.from_numpy(train_x[:2])}
-    _common.export_onnx(model, example, ["logits"], out_dir / "model.onnx")
-    _common.save_task_files(out_dir, {"signal": test_x}, test_y, {"signal": train_x})
+    _common.export_task(out_dir, model, example, {"signal": test_x}, test_y, {"signal": train_x})
     return {
         "metric": "accuracy",
-        "torch_metric": float(np.mean(predictions == test_y)),
+        "torch_metric": torch_metric,
         "description": "smartwatch accelerometer + gyroscope (UEA BasicMotions), 4 activities; "
         "time-patch ViT (stands in for ViT-Small)",
         "classes": list(CLASSES),

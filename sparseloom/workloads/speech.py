@@ -109,20 +109,17 @@ def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) ->
     """Synthesise the digit strings, train the CTC model, write its task files to ``out_dir``."""
     from sparseloom.workloads import _common
 
-    with _common.torch_threads():
-        return _build(config, out_dir, progress)
+    return _common.run_build(_build, config, out_dir, progress)
 
 
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
-    import numpy as np
     import torch
 
     from sparseloom.core.task_metrics import ctc_accuracy
     from sparseloom.workloads import _common, _espeak
     from sparseloom.workloads._speech_model import FeatureAugment, SpeechModel, ctc_loss
 
-    generator = _common.seed_everything(config["seed"])
-    rng = np.random.default_rng(config["seed"])
+    generator, rng = _common.seeded_generators(config["seed"])
     window = int(config["window_s"] * _espeak.SAMPLE_RATE)
     train_audio, train_texts = synthesise_set(
         config["train_utterances"], TRAIN_VARIANTS, config, rng, progress, "speech: voices")
@@ -137,18 +134,17 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     with torch.no_grad():  # the front end is fixed: compute its features once for training
         features = torch.cat([model.frontend(torch.from_numpy(train_x[s : s + 256]))
                               for s in range(0, len(train_x), 256)])
-    _common.train(
+    _common.train_from_config(
         torch.nn.Sequential(FeatureAugment(), model.body), [features],
-        torch.from_numpy(train_y), loss_fn=ctc_loss,
-        epochs=config["epochs"], batch_size=config["batch_size"], lr=config["lr"],
+        torch.from_numpy(train_y), config, loss_fn=ctc_loss,
         generator=generator, progress=progress, desc="speech: training",
     )
     model.eval()
     torch_metric = ctc_accuracy(_common.predict(model, [torch.from_numpy(eval_x)]), eval_y)
     example = {"audio": torch.from_numpy(train_x[:2])}
-    _common.export_onnx(model, example, ["logits"], out_dir / "model.onnx")
     calibration = train_x[rng.permutation(len(train_x))[: config["calibration_samples"]]]
-    _common.save_task_files(out_dir, {"audio": eval_x}, eval_y, {"audio": calibration})
+    _common.export_task(out_dir, model, example, {"audio": eval_x}, eval_y,
+                        {"audio": calibration})
     return {
         "metric": "ctc_accuracy",
         "torch_metric": torch_metric,

@@ -28,8 +28,7 @@ def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) ->
     """Train the tiny digits CNN and write its task files into ``out_dir``."""
     from sparseloom.workloads import _common
 
-    with _common.torch_threads():
-        return _build(config, out_dir, progress)
+    return _common.run_build(_build, config, out_dir, progress)
 
 
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
@@ -50,27 +49,15 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     width = config["width"]
     model = ResNet2d(1, width, [(width, 1), (2 * width, 2), (2 * width, 1)], num_classes=10)
     train_x = torch.from_numpy(images[train_index])
-    _common.train(
-        model,
-        [train_x],
-        torch.from_numpy(labels[train_index]),
-        loss_fn=torch.nn.functional.cross_entropy,
-        epochs=config["epochs"],
-        batch_size=config["batch_size"],
-        lr=config["lr"],
-        generator=generator,
-        progress=progress,
-        desc="tiny: training",
+    _common.train_from_config(
+        model, [train_x], torch.from_numpy(labels[train_index]), config,
+        generator=generator, progress=progress, desc="tiny: training",
     )
     eval_x = images[eval_index]
-    torch_metric = float(
-        np.mean(_common.predict(model, [torch.from_numpy(eval_x)]).argmax(-1) == labels[eval_index])
-    )
-    _common.export_onnx(model, {"image": train_x[:2]}, ["logits"], out_dir / "model.onnx")
+    torch_metric = _common.accuracy(model, [torch.from_numpy(eval_x)], labels[eval_index])
     calibration = images[train_index][: config["calibration_samples"]]
-    _common.save_task_files(
-        out_dir, {"image": eval_x}, labels[eval_index], {"image": calibration}
-    )
+    _common.export_task(out_dir, model, {"image": train_x[:2]}, {"image": eval_x},
+                        labels[eval_index], {"image": calibration})
     return {
         "metric": "accuracy",
         "torch_metric": torch_metric,

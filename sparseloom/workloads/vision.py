@@ -66,8 +66,7 @@ def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) ->
     """Train the Fashion-MNIST ResNet and write its task files into ``out_dir``."""
     from sparseloom.workloads import _common
 
-    with _common.torch_threads():
-        return _build(config, out_dir, progress)
+    return _common.run_build(_build, config, out_dir, progress)
 
 
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
@@ -77,8 +76,7 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     from sparseloom.workloads import _common
     from sparseloom.workloads._nets import ResNet2d
 
-    generator = _common.seed_everything(config["seed"])
-    rng = np.random.default_rng(config["seed"])
+    generator, rng = _common.seeded_generators(config["seed"])
     train_images, train_labels = load_fashion_mnist("train")
     test_images, test_labels = load_fashion_mnist("test")
     train_pick = rng.permutation(len(train_labels))
@@ -90,18 +88,16 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     stages = [tuple(stage) for stage in config["stages"]]
     model = ResNet2d(1, config["stem_channels"], stages, num_classes=len(CLASSES))
     train_x = torch.from_numpy(np.ascontiguousarray(train_images[chosen]))
-    _common.train(
-        model, [train_x], torch.from_numpy(train_labels[chosen]),
-        loss_fn=torch.nn.functional.cross_entropy, epochs=config["epochs"],
-        batch_size=config["batch_size"], lr=config["lr"], generator=generator,
-        progress=progress, desc="vision: training",
+    _common.train_from_config(
+        model, [train_x], torch.from_numpy(train_labels[chosen]), config,
+        generator=generator, progress=progress, desc="vision: training",
     )
-    predictions = _common.predict(model, [torch.from_numpy(eval_images)]).argmax(-1)
-    _common.export_onnx(model, {"image": train_x[:2]}, ["logits"], out_dir / "model.onnx")
-    _common.save_task_files(out_dir, {"image": eval_images}, eval_labels, {"image": calibration})
+    torch_metric = _common.accuracy(model, [torch.from_numpy(eval_images)], eval_labels)
+    _common.export_task(out_dir, model, {"image": train_x[:2]}, {"image": eval_images},
+                        eval_labels, {"image": calibration})
     return {
         "metric": "accuracy",
-        "torch_metric": float(np.mean(predictions == eval_labels)),
+        "torch_metric": torch_metric,
         "description": "Fashion-MNIST 28×28 clothing photos, 10 classes; small ResNet "
         "(stands in for ResNet-101 on ImageNet)",
         "classes": list(CLASSES),

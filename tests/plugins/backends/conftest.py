@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
+import attrs
 import pytest
 
+from sparseloom.core.errors import DeviceFallbackError
 from tests.plugins.backends import models
 
 
@@ -33,3 +38,38 @@ def backend_errors(register_plugin) -> list[tuple[str, str, BaseException]]:
 
     register_plugin(Observer(), "backend-error-observer")
     return seen
+
+
+@pytest.fixture
+def check_fallback_refused(backend_errors) -> Callable[..., None]:
+    """A check that ``backend`` refuses ``requested`` (a processor whose model really runs on
+    another device): at compile, and again at load for an artefact compiled while tolerating
+    the fallback; observers hear of both."""
+
+    def check(backend, requested, path: str, *, compile_match: str, load_match: str) -> None:
+        with pytest.raises(DeviceFallbackError, match=compile_match):
+            backend.compile(path, requested)
+        assert backend_errors[-1][:2] == (requested.name, "compile")
+        # Caught again at load, for an artefact compiled while tolerating the fallback.
+        tolerant = attrs.evolve(requested, options={"on_fallback": "warn"})
+        with pytest.warns(RuntimeWarning):
+            compiled = backend.compile(path, tolerant)
+        with pytest.raises(DeviceFallbackError, match=load_match):
+            backend.load(compiled, requested)
+        assert backend_errors[-1][:2] == (requested.name, "load")
+
+    return check
+
+
+@pytest.fixture
+def run_clients() -> Callable[[Callable[[int], None]], None]:
+    """Run ``client(seed)`` for seeds 0..3, each on its own thread, and wait for all four."""
+
+    def run(client: Callable[[int], None]) -> None:
+        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    return run

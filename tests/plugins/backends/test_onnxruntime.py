@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
-import attrs
 import numpy as np
 import pytest
 
-from sparseloom.core.errors import BackendError, DeviceFallbackError
+from sparseloom.core.errors import BackendError
 from sparseloom.core.processors import get_backend, get_processor
 from sparseloom.core.types import Processor
 from tests.plugins.backends import models
@@ -85,7 +82,7 @@ def test_infer_matches_numpy(ort, linear_loaded):
                                rtol=1e-5, atol=1e-5)
 
 
-def test_async_futures_from_several_threads(ort, linear_loaded):
+def test_async_futures_from_several_threads(ort, linear_loaded, run_clients):
     weight, bias = models.linear_weights()
     failures: list[str] = []
 
@@ -97,11 +94,7 @@ def test_async_futures_from_several_threads(ort, linear_loaded):
             if not np.allclose(future.result(timeout=30)["y"], x @ weight + bias, atol=1e-5):
                 failures.append(f"client {seed}: wrong result")
 
-    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_clients(client)
     assert not failures
 
 
@@ -146,20 +139,12 @@ def test_supports_reads_the_kernel_registry(ort):
 
 @pytest.mark.skipif("CUDAExecutionProvider" in _providers(), reason="CUDA is really present")
 @pytest.mark.filterwarnings("ignore:Specified provider:UserWarning")  # ORT's own notice
-def test_cuda_request_that_falls_back_to_cpu_is_refused(ort, model_files, backend_errors,
-                                                         tmp_path, monkeypatch):
+def test_cuda_request_that_falls_back_to_cpu_is_refused(ort, model_files, tmp_path, monkeypatch,
+                                                         check_fallback_refused):
     monkeypatch.setenv("SPARSELOOM_CACHE_DIR", str(tmp_path))  # compile for real, no cache
     cuda = Processor("ort:CUDA:0", "ort", "CUDA:0", cores=get_processor("ort:CPU").cores)
-    with pytest.raises(DeviceFallbackError, match="silent fallback"):
-        ort.compile(model_files["linear"], cuda)
-    assert backend_errors[-1][:2] == ("ort:CUDA:0", "compile")
-    # Caught again at load, for an artefact compiled while tolerating the fallback.
-    tolerant = attrs.evolve(cuda, options={"on_fallback": "warn"})
-    with pytest.warns(RuntimeWarning):
-        compiled = ort.compile(model_files["linear"], tolerant)
-    with pytest.raises(DeviceFallbackError, match="runs the model on CPUExecutionProvider"):
-        ort.load(compiled, cuda)
-    assert backend_errors[-1][:2] == ("ort:CUDA:0", "load")
+    check_fallback_refused(ort, cuda, model_files["linear"], compile_match="silent fallback",
+                           load_match="runs the model on CPUExecutionProvider")
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" in _providers(), reason="CUDA is really present")

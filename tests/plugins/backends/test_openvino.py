@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import attrs
 import numpy as np
 import pytest
 
-from sparseloom.core.errors import BackendError, DeviceFallbackError
+from sparseloom.core.errors import BackendError
 from sparseloom.core.processors import get_backend, get_processor
 from sparseloom.core.types import Processor
 from tests.plugins.backends import models
@@ -93,7 +92,7 @@ def test_two_processors_in_parallel_give_the_serial_results(conv_pair):
             np.testing.assert_array_equal(future.result(timeout=60)["logits"], expected)
 
 
-def test_async_futures_from_several_threads(ov, conv_pair):
+def test_async_futures_from_several_threads(ov, conv_pair, run_clients):
     loaded = conv_pair["ov"][1]
     reference = conv_pair["ort"]
     failures: list[str] = []
@@ -108,11 +107,7 @@ def test_async_futures_from_several_threads(ov, conv_pair):
             if not np.allclose(future.result(timeout=60)["logits"], want, atol=1e-4):
                 failures.append(f"client {seed}")
 
-    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_clients(client)
     assert not failures
 
 
@@ -164,18 +159,14 @@ def _as_if_on(device: str, ov, monkeypatch):
     return Processor(f"ov:{device}", "ov", device, cores=get_processor("ov:CPU").cores)
 
 
-def test_gpu_request_that_runs_on_cpu_is_refused(ov, model_files, monkeypatch, backend_errors):
+def test_gpu_request_that_runs_on_cpu_is_refused(ov, model_files, monkeypatch,
+                                                  check_fallback_refused):
     gpu = _as_if_on("GPU.0", ov, monkeypatch)
-    with pytest.raises(DeviceFallbackError, match=r"asked for device 'GPU\.0' but the runtime "
-                                                  r"runs the model on CPU"):
-        ov.compile(model_files["linear"], gpu)
-    assert backend_errors[-1][:2] == ("ov:GPU.0", "compile")
-    tolerant = attrs.evolve(gpu, options={"on_fallback": "warn"})
-    with pytest.warns(RuntimeWarning):
-        compiled = ov.compile(model_files["linear"], tolerant)
-    with pytest.raises(DeviceFallbackError, match="silent fallback"):
-        ov.load(compiled, gpu)
-    assert backend_errors[-1][:2] == ("ov:GPU.0", "load")
+    check_fallback_refused(
+        ov, gpu, model_files["linear"],
+        compile_match=r"asked for device 'GPU\.0' but the runtime runs the model on CPU",
+        load_match="silent fallback",
+    )
 
 
 def test_tolerated_fallback_reports_the_real_device(ov, model_files, monkeypatch):
