@@ -43,7 +43,13 @@ from sparseloom.core.workload import TaskBuilder, TaskDefinition, WorkloadDefini
 #: Builders shipped with sparseloom, by short name (module ``sparseloom.workloads.<name>``).
 BUNDLED_BUILDERS: tuple[str, ...] = ("tiny", "vision", "sentiment", "activity", "speech")
 
-_TOP_KEYS = {"name": str, "description": str, "processors": list, "task": list}
+_TOP_KEYS = {
+    "name": str, "description": str, "processors": list, "task": list, "profile": dict,
+}
+#: The ``[profile]`` table: which estimators (by registered name) and settings the profiler uses.
+_PROFILE_KEYS = {
+    "accuracy_estimator": str, "latency_estimator": str, "samples": int, "features": str,
+}
 _TASK_KEYS = {
     "name": str,
     "description": str,
@@ -194,6 +200,7 @@ def read_workload_file(
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{where} is not valid TOML: {error}") from None
     _check_keys(document, _TOP_KEYS, where)
+    _check_keys(document.get("profile", {}), _PROFILE_KEYS, f"{where} [profile]")
     raw_tasks = document.get("task", [])
     if not raw_tasks:
         raise ConfigError(f"{where}: no tasks; add at least one [[task]] table")

@@ -129,7 +129,18 @@ BAD_TOML = [
     ('processors = ["CPU"]\n[[task]]\nname = "t"\nbuilder = "tiny"\n', "processor 'CPU'"),
     ('[[task]\nname = "t"\n', "not valid TOML"),
     ('task = "t"\n', "'task' must be an array"),
+    ('[profile]\nestimator = "xgboost"\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
+     r"\[profile\]: unknown key 'estimator'"),
+    ('[profile]\nsamples = "many"\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
+     "'samples' must be a number"),
 ]
+
+
+def test_profile_table_names_the_estimators(user_files: Path):
+    text = ('[profile]\naccuracy_estimator = "lightgbm"\nlatency_estimator = "additive"\n'
+            'samples = 40\n[[task]]\nname = "t"\nbuilder = "tiny"\n')
+    definition = resolve_workload(str(write(user_files, text)))
+    assert [task.name for task in definition.tasks] == ["t"]
 
 
 @pytest.mark.parametrize(("text", "message"), BAD_TOML)

@@ -111,7 +111,7 @@ def sparseloom_register_estimators(register: RegisterFn) -> None:
     register(
         "additive",
         AdditiveLatencyEstimator,
-        description="Σ per-subgraph median latency on its processor + measured hand-offs",
+        description="Σ per-subgraph latency on its processor + measured hand-offs",
         capabilities=("latency",),
     )
     register(
