@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from sparseloom.core.errors import ProfileError
@@ -45,3 +47,35 @@ def prediction_data(features: np.ndarray, n_features: int | None, *, estimator: 
             f"{estimator}: expected features of shape (n, {n_features}), got {x.shape}"
         )
     return x
+
+
+class TreeAccuracyEstimator:
+    """Shared ``fit``/``predict`` of the gradient-boosted-tree accuracy estimators.
+
+    A subclass sets :attr:`name` and ``self.params`` and builds its library's regressor in
+    :meth:`make_model`; the data checks and the prediction shape are the same for all.
+    """
+
+    name = "tree"
+
+    def __init__(self, params: dict[str, Any], min_samples: int) -> None:
+        self.params = params
+        self.min_samples = min_samples
+        self._model: Any = None
+        self._n_features: int | None = None
+
+    def make_model(self) -> Any:
+        """A fresh, unfitted regressor with ``fit(x, y)`` and ``predict(x)``."""
+        raise NotImplementedError
+
+    def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
+        """Train on measured stitched variants."""
+        x, y = training_data(features, accuracies, estimator=self.name, minimum=self.min_samples)
+        model = self.make_model()
+        model.fit(x, y)
+        self._model, self._n_features = model, x.shape[1]
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """Predicted metric per row of ``features``."""
+        x = prediction_data(features, self._n_features, estimator=self.name)
+        return np.asarray(self._model.predict(x), dtype=np.float64)

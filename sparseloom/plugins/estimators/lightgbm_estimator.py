@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
-from sparseloom.plugins.estimators.common import (
-    MIN_TRAINING_SAMPLES,
-    prediction_data,
-    training_data,
-)
+from sparseloom.plugins.estimators.common import MIN_TRAINING_SAMPLES, TreeAccuracyEstimator
 
 
-class LightGBMAccuracyEstimator:
+class LightGBMAccuracyEstimator(TreeAccuracyEstimator):
     """Regresses a stitched variant's metric on its per-position features with LightGBM.
 
     LightGBM's defaults (``min_child_samples=20``) would grow no tree at all on a few dozen
@@ -34,29 +28,19 @@ class LightGBMAccuracyEstimator:
         seed: int = 0,
         **params: Any,
     ) -> None:
-        self.params: dict[str, Any] = {
+        options: dict[str, Any] = {
             "n_estimators": n_estimators, "num_leaves": num_leaves,
             "learning_rate": learning_rate, "min_child_samples": min_child_samples,
             "min_data_in_bin": 1, "min_split_gain": 0.0, "reg_lambda": 1.0,
             "n_jobs": 1, "random_state": seed, "verbose": -1, **params,
         }
-        self.min_samples = min_samples
-        self._model: Any = None
-        self._n_features: int | None = None
+        super().__init__(options, min_samples)
 
-    def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
-        """Train on measured stitched variants."""
+    def make_model(self) -> Any:
+        """An unfitted :class:`lightgbm.LGBMRegressor` with this estimator's parameters."""
         import lightgbm
 
-        x, y = training_data(features, accuracies, estimator=self.name, minimum=self.min_samples)
-        model = lightgbm.LGBMRegressor(objective="regression", **self.params)
-        model.fit(x, y)
-        self._model, self._n_features = model, x.shape[1]
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """Predicted metric per row of ``features``."""
-        x = prediction_data(features, self._n_features, estimator=self.name)
-        return np.asarray(self._model.predict(x), dtype=np.float64)
+        return lightgbm.LGBMRegressor(objective="regression", **self.params)
 
 
 @hookimpl

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
-from sparseloom.plugins.estimators.common import (
-    MIN_TRAINING_SAMPLES,
-    prediction_data,
-    training_data,
-)
+from sparseloom.plugins.estimators.common import MIN_TRAINING_SAMPLES, TreeAccuracyEstimator
 
 
-class XGBoostAccuracyEstimator:
+class XGBoostAccuracyEstimator(TreeAccuracyEstimator):
     """Regresses a stitched variant's metric on its per-position features with XGBoost.
 
     The defaults suit the tens of training rows a zoo gives: shallow trees, a slow learning
@@ -34,29 +28,19 @@ class XGBoostAccuracyEstimator:
         seed: int = 0,
         **params: Any,
     ) -> None:
-        self.params: dict[str, Any] = {
+        options: dict[str, Any] = {
             "n_estimators": n_estimators, "max_depth": max_depth,
             "learning_rate": learning_rate, "min_child_weight": 1.0, "subsample": 1.0,
             "reg_lambda": 1.0, "tree_method": "hist", "n_jobs": 1, "random_state": seed,
             **params,
         }
-        self.min_samples = min_samples
-        self._model: Any = None
-        self._n_features: int | None = None
+        super().__init__(options, min_samples)
 
-    def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
-        """Train on measured stitched variants."""
+    def make_model(self) -> Any:
+        """An unfitted :class:`xgboost.XGBRegressor` with this estimator's parameters."""
         import xgboost
 
-        x, y = training_data(features, accuracies, estimator=self.name, minimum=self.min_samples)
-        model = xgboost.XGBRegressor(objective="reg:squarederror", **self.params)
-        model.fit(x, y)
-        self._model, self._n_features = model, x.shape[1]
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """Predicted metric per row of ``features``."""
-        x = prediction_data(features, self._n_features, estimator=self.name)
-        return np.asarray(self._model.predict(x), dtype=np.float64)
+        return xgboost.XGBRegressor(objective="reg:squarederror", **self.params)
 
 
 @hookimpl
