@@ -1,11 +1,38 @@
 """sparseloom: multi-DNN inference of stitched sparse models on heterogeneous edge SoCs.
 
 ``import sparseloom`` is deliberately light: no inference runtime, training framework or
-estimator library is imported here. The plugins import them when they are used.
+estimator library is imported here; the functions below import them when they are called.
+
+The Python API (see ``docs/api.md``), in the order data flows:
+
+* :func:`load_workload` — tasks: a dense ONNX model, labelled eval data, SLOs;
+* :func:`build_zoos` — each task's model partitioned and compressed into a subgraph zoo;
+* :func:`build_profile` / :func:`load_profile` — latency of every subgraph on every processor
+  and the estimated accuracy of every stitched variant;
+* :func:`make_plan` — a processor order and a stitched variant per task under the SLOs, and the
+  hot subgraphs to preload;
+* :func:`serve` — all tasks served at once across the processors, with a run summary.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from sparseloom.api import (
+    build_profile,
+    build_zoos,
+    load_profile,
+    load_workload,
+    make_plan,
+    serve,
+)
+
+__all__ = [
+    "__version__",
+    "build_profile",
+    "build_zoos",
+    "load_profile",
+    "load_workload",
+    "make_plan",
+    "serve",
+]

@@ -1,12 +1,18 @@
-"""Build real (unpacked) distributions with entry-point metadata for plugin-loading tests.
+"""Distributions with entry-point metadata for plugin-loading tests.
 
-A folder holding ``<name>-<version>.dist-info/{METADATA,entry_points.txt}`` next to the code is
-what ``pip install`` leaves in site-packages; ``importlib.metadata`` finds it on ``sys.path``.
+:func:`make_distribution` writes an unpacked one (a ``<name>-<version>.dist-info`` folder next
+to the code, what ``pip install`` leaves in site-packages) for plugins that exist only in a
+test; :func:`install_example_plugin` builds the real example plugin into a wheel offline and
+installs it with pip into a target folder. ``importlib.metadata`` finds both on ``sys.path``.
 """
 
 from __future__ import annotations
 
+import functools
 import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,8 +39,26 @@ def make_distribution(
     return root
 
 
+@functools.cache
+def example_plugin_wheel() -> Path:
+    """The example plugin built into a wheel, offline, against the installed setuptools.
+
+    The source is copied first so the build leaves nothing in the repository.
+    """
+    work = Path(tempfile.mkdtemp(prefix="sparseloom-example-wheel-"))
+    source = work / "src"
+    shutil.copytree(EXAMPLE_PLUGIN, source, ignore=shutil.ignore_patterns(
+        "build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--quiet", "--wheel-dir", str(work / "dist"), str(source)],
+                   check=True, capture_output=True, text=True)
+    [wheel] = (work / "dist").glob("sparseloom_example_plugin-*.whl")
+    return wheel
+
+
 def install_example_plugin(root: Path) -> Path:
-    """Lay out the example plugin package as an installed distribution under ``root``."""
-    package = "sparseloom_example_plugin"
-    shutil.copytree(EXAMPLE_PLUGIN / package, root / package)
-    return make_distribution(root, "sparseloom-example-plugin", {"example": package})
+    """``pip install`` the example plugin's wheel into ``root`` (put ``root`` on the path)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                    "--quiet", "--target", str(root), str(example_plugin_wheel())],
+                   check=True, capture_output=True, text=True)
+    return root

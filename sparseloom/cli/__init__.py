@@ -7,6 +7,7 @@ a module-level ``COMMANDS`` tuple; heavy libraries are imported inside the comma
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -23,18 +24,38 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sparseloom.cli.workloads",
     "sparseloom.cli.zoo",
     "sparseloom.cli.profile",
+    "sparseloom.cli.plan",
+    "sparseloom.cli.run",
+    "sparseloom.cli.evaluate",
     "sparseloom.cli.demo",
 )
 
 
+#: Set to 1 to see the traceback behind an unexpected file-system error.
+DEBUG_ENV = "SPARSELOOM_DEBUG"
+
+
 class _Group(click.Group):
-    """A group that turns :class:`SparseloomError` into one clear line and exit status 1."""
+    """A group that turns :class:`SparseloomError` into one clear line and exit status 1.
+
+    Every ``OSError`` a user can cause is converted where it happens, naming the path and the
+    fix. As a last resort an ``OSError`` about a named file that slipped through is one line
+    too (a path problem is the user's to fix, whatever the code that met it); ``$SPARSELOOM_DEBUG``
+    shows its traceback. Any other exception is a bug and keeps its traceback.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SparseloomError as error:
             raise click.ClickException(str(error)) from error
+        except OSError as error:
+            if error.filename is None or os.environ.get(DEBUG_ENV):
+                raise
+            raise click.ClickException(
+                f"cannot use {error.filename}: {error.strerror or error}; check the path and its "
+                f"permissions (set {DEBUG_ENV}=1 to see where it happened)"
+            ) from error
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

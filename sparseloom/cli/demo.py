@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sparseloom.cli.output import echo_table
+from sparseloom.cli.output import echo_table, ensure_output_dir
 
 
 def _banner(step: int, total: int, text: str) -> None:
@@ -19,14 +19,18 @@ def _banner(step: int, total: int, text: str) -> None:
               help="A bundled workload name or a workload TOML file.")
 @click.option("--subgraphs", "-S", type=click.IntRange(min=1), default=None,
               help="Subgraph positions S (default: the number of processors).")
+@click.option("--variants", default=None,
+              help="The zoos' variants, comma-separated, dense first (default: the workload "
+                   "file's 'variants', else the ten of docs/zoo.md).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("out/demo"), show_default=True,
               help="Folder for the Pareto figures, CSVs and the validation report.")
-@click.option("--sample", default=200, show_default=True,
+@click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True,
               help="Stitched variants measured per task for the Pareto figures.")
 @click.pass_context
 def demo_command(
-    ctx: click.Context, workload: str, subgraphs: int | None, out_dir: Path, sample: int
+    ctx: click.Context, workload: str, subgraphs: int | None, out_dir: Path, sample: int,
+    variants: str | None = None,
 ) -> None:
     """Build a workload's tasks and zoos, plot their Pareto fronts and validate the profiler.
 
@@ -34,33 +38,41 @@ def demo_command(
     available one by one as `sparseloom workloads build`, `zoo build`, `zoo pareto` and
     `profile --validate`.
     """
+    from sparseloom.api import load_workload
     from sparseloom.cli.devices import devices_command
     from sparseloom.cli.profile import profile_command
     from sparseloom.cli.workloads import build_command
-    from sparseloom.cli.zoo import _processors, _subgraphs, plot_pareto, write_pareto_csv
+    from sparseloom.cli.zoo import (
+        _options,
+        _processors,
+        _subgraphs,
+        plot_pareto,
+        write_pareto_csv,
+    )
     from sparseloom.cli.zoo import build_command as zoo_build_command
-    from sparseloom.core.pareto import pareto_analysis
-    from sparseloom.core.workload import load_workload
-    from sparseloom.core.zoo import build_zoo
+    from sparseloom.zoo.build import build_zoo
+    from sparseloom.zoo.pareto import ParetoOptions, pareto_analysis
 
+    ensure_output_dir(out_dir, "--out")  # before minutes of building and measuring, not after
     started = time.perf_counter()
-    total = 5
+    total = 6
     _banner(1, total, "Processors")
     ctx.invoke(devices_command)
-    _banner(2, total, f"Workload {workload!r}: real data, trained models (cached)")
+    _banner(2, total, f"Workload {workload!r}: real data, trained models "
+                      "(built on the first run, then taken from the cache)")
     ctx.invoke(build_command, workload=workload)
     _banner(3, total, "Subgraph zoos: partition the dense model, compress each piece")
-    ctx.invoke(zoo_build_command, workload=workload, subgraphs=subgraphs)
+    ctx.invoke(zoo_build_command, workload=workload, subgraphs=subgraphs, variants=variants)
     _banner(4, total, "Stitched variants vs the originals (paper Fig. 4)")
     loaded = load_workload(workload, progress=True)
     processors = _processors(loaded)
     count = _subgraphs(loaded, subgraphs)
     placement = [processors[j % len(processors)] for j in range(count)]
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for task in loaded.tasks:
-        zoo = build_zoo(task, count, processors=processors)
-        result = pareto_analysis(zoo, task, placement, sample=sample, progress=True)
+        zoo = build_zoo(task, _options(loaded, count, variants))
+        result = pareto_analysis(zoo, task, placement, ParetoOptions(sample=sample),
+                                 progress=True)
         write_pareto_csv(result, zoo, out_dir / f"pareto-{task.name}.csv")
         plot_pareto(result, zoo, out_dir / f"pareto-{task.name}.png")
         stitched = [p for p in result.points if not p.original]
@@ -84,8 +96,15 @@ def demo_command(
     _banner(5, total, "Profiler: estimators validated against measured ground truth")
     # The demo skips the estimator ablation and repeated training draws of the full report
     # (`sparseloom profile WORKLOAD --validate`), which multiply its run time.
-    ctx.invoke(profile_command, workload=workload, subgraphs=subgraphs, validate=True,
+    click.echo(f"shortened validation: one training draw, no estimator ablation; the full "
+               f"report is `sparseloom profile {workload} --validate`")
+    ctx.invoke(profile_command, workload=workload, subgraphs=subgraphs, variants=variants,
+               validate=True,
                no_ablation=True, redraws=1, out=out_dir / "profile")
+    _banner(6, total, "Serving every task at once with the `sparseloom` policy (the runtime)")
+    from sparseloom.cli.run import run_command
+
+    ctx.invoke(run_command, workload=workload, policy="sparseloom")
     click.echo(f"\ndemo finished in {time.perf_counter() - started:.0f} s")
 
 

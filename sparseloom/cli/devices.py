@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from sparseloom.cli.output import echo_json, echo_table
-from sparseloom.core.errors import BackendError, ConfigError
+from sparseloom.cli.output import echo_json, echo_table, ensure_output_file
+from sparseloom.core.errors import BackendError, ConfigError, DataError
 
 
 @click.command("devices")
@@ -49,6 +49,7 @@ def devices_command(as_json: bool) -> None:
 
 
 def _read_inputs(path: Path) -> dict[str, Any]:
+    """The arrays of an ``--input`` .npz; refuses empty batches, warns about NaN and Inf."""
     import numpy as np
 
     try:
@@ -56,12 +57,51 @@ def _read_inputs(path: Path) -> dict[str, Any]:
         if not hasattr(archive, "files"):
             raise ValueError("it holds a single array, not arrays by input name")
         with archive:
-            return {name: archive[name] for name in archive.files}
+            arrays = {name: archive[name] for name in archive.files}
     except Exception as error:  # OSError, ValueError, zipfile.BadZipFile, EOFError, ...
         raise ConfigError(
             f"cannot read inputs from {str(path)!r}: {error}; write one array per input name "
             "with numpy.savez(path, name=array)"
         ) from None
+    for name, array in arrays.items():
+        if array.ndim == 0 or array.shape[0] == 0:
+            raise DataError(f"--input {path}: array {name!r} has shape {list(array.shape)}, no "
+                            "rows to run; give at least one row (batch first)")
+        if array.dtype.kind in "fc":
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            if bad:
+                click.echo(f"Warning: --input {path}: array {name!r} holds {bad} NaN or Inf "
+                           f"value(s) of {array.size}; the outputs will not mean much", err=True)
+    return arrays
+
+
+def _check_input_size(model: Path, free_dim: int = 1) -> None:
+    """Refuse a model whose declared inputs are too large to allocate (half the machine's
+    memory), before the backend allocates random ones to warm it up."""
+    import math
+    import os
+
+    from sparseloom.workload.build import describe_model
+
+    try:
+        inputs = describe_model(model)["inputs"]
+    except ConfigError:  # not a readable model: the backend says so in its own words
+        return
+    total = 0
+    for dtype, declared in inputs.values():
+        shape = [d if d else free_dim for d in declared]
+        total += math.prod(shape) * max(dtype.itemsize, 8)  # random draws are float64 first
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: assume 16 GiB
+        memory = 16 << 30
+    if total > memory // 2:
+        shapes = ", ".join(f"{name} {list(shape)}" for name, (_, shape) in inputs.items())
+        raise DataError(
+            f"model {model} declares inputs ({shapes}) of {total / 2**30:,.1f} GiB, more than "
+            f"half of this machine's {memory / 2**30:.0f} GiB, so one request cannot be "
+            "allocated; export it with smaller static shapes or a free batch dimension"
+        )
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -91,19 +131,24 @@ def infer_command(model: Path, processor_spec: str, input_path: Path | None,
     import numpy as np
 
     from sparseloom.core.processors import get_backend, get_processor
+    from sparseloom.core.protocols import executed_by
     from sparseloom.plugins.backends._common import example_inputs
+    from sparseloom.workload.inference import model_tensors
 
+    if output_path is not None:
+        ensure_output_file(output_path, "--output")
     processor = get_processor(processor_spec)
     if not model.is_file():
         raise BackendError(f"model file {str(model)!r} not found; check the path")
     inputs = _read_inputs(input_path) if input_path is not None else None
+    _check_input_size(model)
     backend = get_backend(processor.backend)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # runtimes' own provider chatter
         loaded = backend.load(backend.compile(model, processor), processor)
     try:
         if inputs is None:
-            inputs = example_inputs(loaded.inputs)
+            inputs = example_inputs(model_tensors(loaded, model)[0])
         outputs = backend.infer(loaded, inputs)
         samples_ms: list[float] = []
         for _ in range(repeat):
@@ -117,7 +162,7 @@ def infer_command(model: Path, processor_spec: str, input_path: Path | None,
     report = {
         "model": str(model),
         "processor": loaded.processor.name,
-        "executed_by": list(loaded.executed_by),
+        "executed_by": list(executed_by(loaded)),
         "memory_bytes": loaded.memory_bytes,
         "outputs": {name: {"shape": list(a.shape), "dtype": a.dtype.name}
                     for name, a in outputs.items()},
@@ -129,7 +174,7 @@ def infer_command(model: Path, processor_spec: str, input_path: Path | None,
         echo_json(report)
         return
     click.echo(f"{model.name} on {loaded.processor.name} "
-               f"(runs on {', '.join(loaded.executed_by)}; "
+               f"(runs on {', '.join(executed_by(loaded))}; "
                f"{loaded.memory_bytes / 2**20:.1f} MiB measured)")
     echo_table(["output", "shape", "dtype"],
                [[name, "x".join(map(str, a.shape)) or "scalar", a.dtype.name]

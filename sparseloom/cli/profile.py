@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from sparseloom.cli.output import echo_json, echo_table
+from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
 
 
 def _fmt(value: Any, kind: str = "") -> str:
@@ -40,8 +40,45 @@ def _workload_defaults(workload: Any) -> dict[str, Any]:
     return dict(table) if isinstance(table, dict) else {}
 
 
+def _variant_list(text: str | None) -> tuple[str, ...] | None:
+    """``--variants`` as a tuple of names (``None``: the workload's, else the default)."""
+    if text is None:
+        return None
+    from sparseloom.cli.parsing import comma_items
+
+    return tuple(comma_items(text, "--variants", "dense,int8,unstructured-0.5", unique=True))
+
+
+def _check_stitched_fit(subgraphs: int | None, variants: str | None) -> None:
+    """Refuse an S whose V**S stitched variants cannot be held in memory, before any work.
+
+    The profile keeps a few numbers per stitched variant (estimate, measured value, features
+    in chunks); 32 bytes each is a safe lower bound, held against half the machine's memory.
+    """
+    import os
+
+    from sparseloom.core.errors import ConfigError
+    from sparseloom.zoo.variants import DEFAULT_VARIANTS
+
+    if subgraphs is None:
+        return
+    count = len(variants.split(",")) if variants else len(DEFAULT_VARIANTS)
+    need = 32 * count**subgraphs
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: assume 16 GiB
+        memory = 16 << 30
+    if need > memory // 2:
+        fits = max(s for s in range(1, subgraphs) if 32 * count**s <= memory // 2) \
+            if 32 * count <= memory // 2 else 0
+        raise ConfigError(
+            f"-S {subgraphs} with {count} variants makes {count}**{subgraphs} stitched "
+            f"variants, about {need / 2**30:,.0f} GiB of profile for {memory / 2**30:.0f} GiB "
+            f"of memory; use -S {fits} or fewer, or fewer variants")
+
+
 def _table_summary(table: Any) -> dict[str, Any]:
-    from sparseloom.core.profile_cost import estimator_seconds
+    from sparseloom.profile.cost import estimator_seconds
 
     tasks = {}
     for name, profile in table.tasks.items():
@@ -74,22 +111,29 @@ def _echo_validation(report: dict[str, Any]) -> None:
             name, _fmt(recall.get("5"), "%"), _fmt(recall.get("10"), "%"),
             _fmt(accuracy.get("spearman")), _fmt(accuracy.get("mae")),
             _fmt(latency.get("mae_ms"), "ms"), _fmt(latency.get("mape"), "%"),
+            _fmt(latency.get("mean_baseline_mape"), "%"), _fmt(latency.get("pearson_r")),
             _fmt(cost.get("seconds"), "s"), _fmt(cost.get("exhaustive_seconds_estimate"), "s"),
             _fmt(cost.get("exhaustive_seconds_measured"), "s"),
             _fmt(cost.get("v10", {}).get("reduction"), "%"),
         ])
     echo_table(["task", "top-5", "top-10", "spearman", "acc MAE", "lat MAE", "lat MAPE",
-                "profiling", "exhaustive", "measured", "saving V=10"], rows)
+                "mean-only MAPE", "lat r", "profiling", "exhaustive", "measured",
+                "saving V=10"], rows)
     goals = report["goals"]
     for key, label in (("top_10_recall", "top-10 recall"), ("latency_mape", "latency MAPE")):
         goal = goals[key]
         verdict = "MET" if goal["met"] else "NOT MET"
-        click.echo(f"{label}: {_fmt(goal['ours'], '%')} (paper {goal['paper']:.2%}) {verdict}")
+        context = ""
+        if "mean_baseline" in goal:  # a MAPE means little unless it beats predicting the mean
+            context = (f", always-the-mean baseline {_fmt(goal['mean_baseline'], '%')}, "
+                       f"Pearson r {_fmt(goal['pearson_r'])}")
+        click.echo(f"{label}: {_fmt(goal['ours'], '%')} (paper {goal['paper']:.2%}{context}) "
+                   f"{verdict}")
     _echo_failures(report["failures"])
 
 
 def _echo_failures(failures: list[dict[str, Any]]) -> None:
-    from sparseloom.core.profiler import ProfileFailure
+    from sparseloom.profile.measure import ProfileFailure
 
     for failure in failures:
         click.echo(f"warning: {ProfileFailure(**failure).describe()}", err=True)
@@ -125,13 +169,19 @@ def _command_line(ctx: click.Context) -> str:
               help="Accuracy features: paper (source accuracies) or extended (default).")
 @click.option("--repeats", type=click.IntRange(min=3), default=20, show_default=True,
               help="Timed rounds per subgraph.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Untimed runs per subgraph before the timed rounds (loads caches, JITs).")
 @click.option("--statistic", type=click.Choice(["median", "p25", "p10", "min"]),
               default="p25", show_default=True,
               help="What of the timed rounds a latency records; p25 resists a busy machine.")
-@click.option("--subgraphs", type=click.IntRange(min=1), default=None,
+@click.option("--subgraphs", "-S", type=click.IntRange(min=1), default=None,
               help="S (default: one per processor).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--variants", default=None,
+              help="The zoo's variants, comma-separated, dense first, as `zoo build --variants` "
+                   "takes them (default: the workload file's 'variants', else the ten of "
+                   "docs/zoo.md).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seeds the sampling of stitched variants and the estimators' training.")
 @click.option("--validate", is_flag=True,
               help="Measure the ground truth and report how good the estimates are.")
 @click.option("--latency-samples", type=click.IntRange(min=1), default=60, show_default=True,
@@ -152,7 +202,8 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
                     repeats: int, warmup: int, statistic: str, subgraphs: int | None, seed: int,
                     validate: bool, latency_samples: int, exhaustive_chains: int,
                     redraws: int, no_ablation: bool,
-                    no_cache: bool, strict: bool, as_json: bool, out: Path | None) -> None:
+                    no_cache: bool, strict: bool, as_json: bool, out: Path | None,
+                    variants: str | None = None) -> None:
     """Profile WORKLOAD: per-subgraph latencies and estimated accuracy of stitched variants.
 
     Measures every subgraph on every processor and a sample of stitched variants exactly,
@@ -160,10 +211,18 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     --validate it also measures every stitched variant's accuracy and random end-to-end
     chains, and reports top-K recall, Spearman, MAE, latency MAE/MAPE and profiling cost.
     """
-    from sparseloom.core.profile_builder import ProfileOptions, build_profile
-    from sparseloom.core.profiler import ProfilerConfig
-    from sparseloom.core.workload import load_workload
+    from sparseloom.api import build_profile, load_workload
+    from sparseloom.profile.builder import ProfileOptions
+    from sparseloom.profile.measure import ProfilerConfig
 
+    if out is not None:  # before minutes of measuring, not after
+        ensure_output_dir(out, "--out")
+    if processors:
+        from sparseloom.core.processors import check_distinct
+
+        check_distinct(processors, "--processor")
+    _check_stitched_fit(subgraphs or len(processors) or None,
+                        click.get_current_context().params.get("variants"))
     loaded = load_workload(workload, progress=not as_json)
     defaults = _workload_defaults(loaded)
     options = ProfileOptions(
@@ -172,10 +231,10 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
         samples=samples if samples is not None else defaults.get("samples"),
         feature_set=features or defaults.get("features", "extended"),
         config=ProfilerConfig(warmup=warmup, repeats=repeats, statistic=statistic),
-        subgraphs=subgraphs, seed=seed)
+        subgraphs=subgraphs, seed=seed, variants=_variant_list(variants))
     progress = sys.stderr.isatty()
     if validate:
-        from sparseloom.core.profile_report import validate as run_validation
+        from sparseloom.profile.report import validate as run_validation
 
         table, result = run_validation(
             loaded, processors=processors or None, options=options,

@@ -26,8 +26,8 @@ def list_command(as_json: bool) -> None:
     from sparseloom.core.cache import cache_dir
     from sparseloom.core.errors import SparseloomError
     from sparseloom.core.registry import get_registry
-    from sparseloom.core.workload import resolve_workload
-    from sparseloom.core.workload_build import META_FILE, builder_cache_key
+    from sparseloom.workload.build import META_FILE, builder_cache_key
+    from sparseloom.workload.load import resolve_workload
 
     rows = []
     for registration in get_registry().workloads():
@@ -71,7 +71,8 @@ def list_command(as_json: bool) -> None:
 
 def task_report(task: Any) -> dict[str, Any]:
     """One task's build facts as a JSON-ready dict (dense metric evaluated when unknown)."""
-    from sparseloom.core.workload import evaluate
+    from sparseloom.workload.checks import warn_if_chance
+    from sparseloom.workload.evaluate import evaluate
 
     info = task.info
     dense = task.dense_metric
@@ -80,6 +81,7 @@ def task_report(task: Any) -> dict[str, Any]:
         started = time.perf_counter()
         dense = evaluate(task)
         evaluate_seconds = round(time.perf_counter() - started, 2)
+    warn_if_chance(task.name, task.metric, dense, task.labels, info.get("classes"))
     return {
         "name": task.name,
         "description": task.description,
@@ -106,16 +108,20 @@ def task_report(task: Any) -> dict[str, Any]:
 @click.option("--task", "tasks", multiple=True, help="Only this task (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of a table.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bars.")
-def build_command(workload: str, tasks: tuple[str, ...], as_json: bool, no_progress: bool) -> None:
+@click.option("--rebuild", is_flag=True,
+              help="Build the tasks again even when cached (repairs a damaged cache entry).")
+def build_command(workload: str, tasks: tuple[str, ...], as_json: bool, no_progress: bool,
+                  rebuild: bool = False) -> None:
     """Build WORKLOAD (or take it from the cache) and report each task.
 
     Per task: the dense model's metric on the eval set, model size and parameters, eval and
     calibration sizes, and the build time (a cache hit reports the original build's time).
     """
-    from sparseloom.core.workload import load_workload
+    from sparseloom.api import load_workload
 
     started = time.perf_counter()
-    loaded = load_workload(workload, tasks=tasks or None, progress=not no_progress)
+    loaded = load_workload(workload, tasks=tasks or None, progress=not no_progress,
+                           rebuild=rebuild)
     reports = [task_report(task) for task in loaded.tasks]
     report = {
         "workload": loaded.name,

@@ -7,43 +7,57 @@ from typing import Any
 
 import click
 
-from sparseloom.cli.output import echo_json, echo_table
+from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
+from sparseloom.cli.parsing import comma_ints, comma_items
 from sparseloom.core.errors import ConfigError
 
 
 def _workload(name: str, tasks: tuple[str, ...] = ()) -> Any:
-    from sparseloom.core.workload import load_workload
+    from sparseloom.api import load_workload
 
     return load_workload(name, tasks=list(tasks) or None, progress=True)
 
 
 def _processors(workload: Any) -> list[str]:
-    if workload.processors:
-        return list(workload.processors)
-    from sparseloom.core.processors import default_processors
+    from sparseloom.zoo.options import workload_processors
 
-    return [p.name for p in default_processors()]
+    return workload_processors(workload)
+
+
+def _options(workload: Any, subgraphs: int | None, variants: str | None, **settings: Any) -> Any:
+    """The :class:`~sparseloom.zoo.options.ZooOptions` that the zoo commands' options select:
+    ``--variants``, else the workload file's ``variants``, else the default list."""
+    from sparseloom.zoo.options import zoo_options_for
+
+    if subgraphs is not None and subgraphs < 1:
+        raise ConfigError(f"--subgraphs must be a positive integer, got {subgraphs}")
+    return zoo_options_for(workload, subgraphs, _variants(variants), **settings)
 
 
 def _subgraphs(workload: Any, subgraphs: int | None) -> int:
-    if subgraphs is not None:
-        if subgraphs < 1:
-            raise ConfigError(f"--subgraphs must be a positive integer, got {subgraphs}")
-        return subgraphs
-    return max(1, len(_processors(workload)))
-
-
-def _int_list(text: str, option: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip() != ""]
-    except ValueError:
-        raise ConfigError(
-            f"{option} takes comma-separated variant ids such as 0,3,5; got {text!r}"
-        ) from None
+    return int(_options(workload, subgraphs, None).count())
 
 
 def _variants(text: str | None) -> list[str] | None:
-    return [v.strip() for v in text.split(",")] if text else None
+    if text is None:
+        return None
+    return comma_items(text, "--variants", "dense,int8,unstructured-0.5", unique=True)
+
+
+def _check_stitch(choices: list[int], options: Any, task: str) -> None:
+    """Refuse a --stitch that does not fit the zoo, before the zoo is built."""
+    count = options.count()
+    variants = len(options.resolved_variants())
+    if len(choices) != count:
+        raise ConfigError(
+            f"--stitch {','.join(map(str, choices))} has {len(choices)} choice(s) but the zoo "
+            f"has {count} positions (task {task!r}, S={count}); give one variant id per "
+            "position")
+    for position, choice in enumerate(choices):
+        if choice >= variants:
+            raise ConfigError(
+                f"--stitch: position {position} has unknown variant id {choice}; ids are "
+                f"0..{variants - 1} (see `sparseloom zoo show`)")
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -64,7 +78,9 @@ _subgraphs_option = click.option(
 )
 _variants_option = click.option(
     "--variants", default=None,
-    help="Comma-separated variant names, dense first (default: the ten of docs/zoo.md).",
+    help="Comma-separated variant names, dense first; a bare compressor name stands for its "
+         "default levels (default: the workload file's 'variants', else the ten of "
+         "docs/zoo.md).",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -85,15 +101,12 @@ def build_command(
     cost: str, mode: str, rebuild: bool, as_json: bool,
 ) -> None:
     """Build (or find in the cache) the zoo of every task of WORKLOAD (a name or TOML path)."""
-    from sparseloom.core.zoo import build_zoo
+    from sparseloom.api import build_zoos
 
     loaded = _workload(workload, tasks)
-    count = _subgraphs(loaded, subgraphs)
-    summaries = []
-    for task in loaded.tasks:
-        zoo = build_zoo(task, count, variants=_variants(variants),
-                        processors=_processors(loaded), cost=cost, mode=mode, rebuild=rebuild)
-        summaries.append(zoo.summary())
+    zoos = build_zoos(loaded, _options(loaded, subgraphs, variants, cost=cost, mode=mode),
+                      rebuild=rebuild)
+    summaries = [zoo.summary() for zoo in zoos.values()]
     if as_json:
         echo_json(summaries)
         return
@@ -113,15 +126,14 @@ def show_command(
     workload: str, subgraphs: int | None, variants: str | None, as_json: bool
 ) -> None:
     """Show each task's zoo: its directory and variants (compressor, level, metric, size)."""
-    from sparseloom.core.zoo import ZooNotBuiltError, load_zoo
+    from sparseloom.core.errors import ZooNotBuiltError
+    from sparseloom.zoo.load import load_zoo
 
     loaded = _workload(workload)
-    count = _subgraphs(loaded, subgraphs)
     results: list[dict[str, Any]] = []
     for task in loaded.tasks:
         try:
-            zoo = load_zoo(task, count, variants=_variants(variants),
-                           processors=_processors(loaded))
+            zoo = load_zoo(task, _options(loaded, subgraphs, variants))
         except ZooNotBuiltError as error:
             results.append({"task": task.name, "built": False, "error": str(error)})
             continue
@@ -157,15 +169,21 @@ def eval_command(
     workload: str, task_name: str, stitch: str, subgraphs: int | None, variants: str | None,
     processor: str, as_json: bool,
 ) -> None:
-    """Measure the metric of one stitched variant on the task's eval set."""
-    from sparseloom.core.evaluate import evaluate_stitched
-    from sparseloom.core.zoo import build_zoo
+    """Measure the metric of one stitched variant on the task's eval set.
 
-    choices = _int_list(stitch, "--stitch")
+    The zoo must already be built (`sparseloom zoo build`) with the same S and variants;
+    when it is not, the error lists the zoos that are built and how to select them.
+    """
+    from sparseloom.zoo.evaluate import evaluate_stitched
+    from sparseloom.zoo.load import load_zoo
+
+    choices = comma_ints(stitch, "--stitch", "0,3,5", "variant ids")
     loaded = _workload(workload, (task_name,))
     task = loaded.task(task_name)
-    zoo = build_zoo(task, _subgraphs(loaded, subgraphs), variants=_variants(variants),
-                    processors=_processors(loaded))
+    options = _options(loaded, subgraphs, variants)
+    _check_stitch(choices, options, task.name)
+    # Variant ids mean nothing in another zoo: evaluate only a zoo built with these options.
+    zoo = load_zoo(task, options)
     stitched = zoo.stitched(choices)
     report = evaluate_stitched(zoo, task, [stitched], processor=processor)
     value = report.metric(stitched)
@@ -188,8 +206,10 @@ def eval_command(
 @click.option("--order", default=None,
               help="Processor per position, comma-separated (default: the workload's "
                    "processors, repeated to S).")
-@click.option("--sample", default=200, show_default=True, help="Stitched variants to measure.")
-@click.option("--runs", default=7, show_default=True, help="Timed runs per subgraph (median).")
+@click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Stitched variants to measure (0: the originals only).")
+@click.option("--runs", type=click.IntRange(min=1), default=7, show_default=True,
+              help="Timed runs per subgraph (median).")
 @click.option("--seed", default=0, show_default=True, help="Sampling seed.")
 @_json_option
 def pareto_command(
@@ -197,22 +217,24 @@ def pareto_command(
     order: str | None, sample: int, runs: int, seed: int, as_json: bool,
 ) -> None:
     """Accuracy vs summed per-subgraph latency of originals and stitched variants (PNG + CSV)."""
-    from sparseloom.core.pareto import pareto_analysis
-    from sparseloom.core.zoo import build_zoo
+    from sparseloom.zoo.build import build_zoo
+    from sparseloom.zoo.pareto import ParetoOptions, pareto_analysis
 
+    folder = ensure_output_dir(out_dir, "--out")  # before minutes of measuring, not after
     loaded = _workload(workload, (task_name,))
     task = loaded.task(task_name)
     count = _subgraphs(loaded, subgraphs)
     processors = _processors(loaded)
     if order:
-        placement = [p.strip() for p in order.split(",")]
+        placement = comma_items(order, "--order", "ov:CPU,ort:CPU")
+        if len(placement) != count:
+            raise ConfigError(f"--order names {len(placement)} processor(s) but S={count}; "
+                              "give one processor per position")
     else:
         placement = [processors[j % len(processors)] for j in range(count)]
-    zoo = build_zoo(task, count, variants=_variants(variants), processors=processors)
-    result = pareto_analysis(zoo, task, placement, sample=sample, seed=seed, runs=runs,
-                             progress=True)
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    zoo = build_zoo(task, _options(loaded, subgraphs, variants))
+    result = pareto_analysis(zoo, task, placement,
+                             ParetoOptions(sample=sample, seed=seed, runs=runs), progress=True)
     csv_path = folder / f"pareto-{task.name}.csv"
     png_path = folder / f"pareto-{task.name}.png"
     write_pareto_csv(result, zoo, csv_path)
@@ -258,18 +280,33 @@ def plot_pareto(result: Any, zoo: Any, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sparseloom.core.pareto import pareto_front
+    from sparseloom.zoo.pareto import pareto_front
 
     originals = [p for p in result.points if p.original]
     stitched = [p for p in result.points if not p.original]
-    figure, axes = plt.subplots(figsize=(7, 5))
+    figure, axes = plt.subplots(figsize=(9, 5))
     axes.scatter([p.latency_ms for p in stitched], [p.metric for p in stitched], s=10,
                  color="0.6", alpha=0.6, label=f"stitched ({len(stitched)} sampled)")
     axes.scatter([p.latency_ms for p in originals], [p.metric for p in originals], s=40,
                  color="tab:blue", zorder=3, label="original variants")
-    for point in originals:
-        axes.annotate(zoo.variants[point.choices[0]].name, (point.latency_ms, point.metric),
-                      fontsize=7, xytext=(3, 3), textcoords="offset points")
+    # Full variant names overlap where originals cluster (int8 next to unstructured-0.5+int8):
+    # each point carries its short id, and one key beside the axes spells the ids out.
+    axes.autoscale_view()
+    placed: list[tuple[float, float]] = []  # label positions in points, to stack close ones
+    for point in sorted(originals, key=lambda p: (p.latency_ms, p.metric)):
+        x, y = axes.transData.transform((point.latency_ms, point.metric)) * 72 / figure.dpi
+        # Try right, left, below, then further up: the first spot clear of earlier labels.
+        spots = [(3.0, 3.0), (-9.0, 3.0), (3.0, -10.0), (-9.0, -10.0), (3.0, 11.0), (-9.0, 11.0)]
+        dx, dy = next(((dx, dy) for dx, dy in spots
+                       if all(abs(x + dx - px) > 8 or abs(y + dy - py) > 8 for px, py in placed)),
+                      spots[-1])
+        placed.append((x + dx, y + dy))
+        axes.annotate(str(point.choices[0]), (point.latency_ms, point.metric), fontsize=7,
+                      xytext=(dx, dy), textcoords="offset points", color="tab:blue")
+    key = "\n".join(f"{zoo.variants[p.choices[0]].id}: {zoo.variants[p.choices[0]].name}"
+                    for p in sorted(originals, key=lambda p: p.choices[0]))
+    axes.text(1.02, 1.0, "original variants\n" + key, transform=axes.transAxes, fontsize=7,
+              va="top", ha="left", family="monospace")
     for points, style, label in ((originals, "tab:blue", "originals' front"),
                                  (list(result.points), "tab:red", "joint front")):
         front = pareto_front([p.latency_ms for p in points], [p.metric for p in points])

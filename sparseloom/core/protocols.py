@@ -7,33 +7,72 @@ registration hooks in :mod:`sparseloom.core.hookspecs`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
 
     from sparseloom.core.types import SLO, Plan, Processor, StitchedVariant
+    from sparseloom.profile.table import ProfileTable
 
 Arrays = Mapping[str, "np.ndarray"]
 
 
 @runtime_checkable
 class LoadedModel(Protocol):
-    """A model loaded on one processor, ready to run."""
+    """A model loaded on one processor, ready to run.
 
+    These four members are required; every command reads only them, plus three optional ones
+    through the helpers below, which give the documented default when a backend omits them:
+
+    * ``executed_by`` (``tuple[str, ...]``): the devices or providers the runtime reports as
+      really running the model; default ``(processor.device,)`` (see :func:`executed_by`).
+    * ``inputs`` / ``outputs``: specs with ``name``, ``dtype`` (a numpy dtype name, ``"?"`` if
+      unknown) and ``shape`` (ints; ``None`` or a string for a free dimension), in graph order;
+      default: read from the ONNX model that was compiled (see
+      :func:`sparseloom.core.processors.model_tensors`).
+    """
+
+    #: The processor that really runs the model.
     processor: Processor
     #: Memory the loaded model holds, in bytes, as measured by the backend.
     memory_bytes: int
+    #: Input tensor names, in the model's graph order.
     input_names: tuple[str, ...]
+    #: Output tensor names, in the model's graph order; ``infer`` returns exactly these.
     output_names: tuple[str, ...]
+
+
+def executed_by(loaded: LoadedModel) -> tuple[str, ...]:
+    """What really runs ``loaded``: its ``executed_by`` when the backend reports one, else
+    ``(loaded.processor.device,)``."""
+    reported = getattr(loaded, "executed_by", None)
+    return tuple(str(x) for x in reported) if reported else (loaded.processor.device,)
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """An inference runtime (OpenVINO, ONNX Runtime, ...) that owns one or more processors."""
+    """An inference runtime (OpenVINO, ONNX Runtime, ...) that owns one or more processors.
+
+    Every method is required. Contract details a backend must honour:
+
+    * ``devices()`` returns :class:`~sparseloom.core.types.Processor` records named
+      ``<backend name>:<device>``. A CPU device (``device`` starting with ``CPU``) returned
+      without ``cores`` is pinned by sparseloom to one core of its own with ``threads=1``
+      (cores handed out in discovery order); return ``cores`` (and ``threads``) to choose.
+      Processors of a third-party backend are never in the default set: users name them
+      (``--processor``, or ``processors = [...]`` in the workload file).
+    * ``compile``/``load``/``infer_async`` failures should be reported to observers by calling
+      ``get_registry().notify_backend_error(processor, operation, error)`` before raising;
+      sparseloom does not call the ``sparseloom_backend_error`` hook for you.
+    * ``infer_async`` never raises: errors are set on the future.
+    """
 
     def devices(self) -> list[Processor]:
         """Discover the processors this backend can really run on (never assumed)."""
@@ -66,11 +105,22 @@ class Backend(Protocol):
 
 @runtime_checkable
 class Compressor(Protocol):
-    """Turns one dense subgraph into a compressed one with the same boundary tensors."""
+    """Turns one dense subgraph into a compressed one with the same boundary tensors.
 
-    #: ``unstructured``, ``structured``, ``int8`` or ``fp16``; recorded in the zoo manifest.
+    The factory is called with the options of the workload file's ``[compressors.<name>]``
+    table as keyword arguments (none when there is no table). Optional members:
+
+    * ``level_range`` (a :class:`LevelRange`): which levels ``compress`` accepts. Default: the
+      open interval (0, 1) (fractions) when ``default_levels`` is non-empty, else none (the
+      compressor is level-less and takes ``0.0``). See :func:`level_range_of`.
+    * ``prunable(subgraph) -> bool``: ``False`` when ``compress`` would have nothing to do at
+      this position; the zoo then keeps the dense subgraph there and records the skip.
+    """
+
+    #: A short kind (``unstructured``, ``structured``, ``int8``, ``fp16`` or your own);
+    #: recorded in the zoo manifest and coded into the accuracy features.
     kind: str
-    #: The levels built by default (e.g. sparsity fractions); empty for level-less kinds.
+    #: The levels a variant named just ``<name>`` expands to; empty for level-less kinds.
     default_levels: tuple[float, ...]
 
     def compress(
@@ -87,9 +137,96 @@ class Compressor(Protocol):
         ...
 
 
+@attrs.frozen
+class LevelRange:
+    """The levels a compressor accepts: ``minimum``..``maximum``.
+
+    Attributes:
+        minimum: the lowest level.
+        maximum: the highest level.
+        inclusive: whether the bounds themselves are allowed (``False``: an open interval,
+            as for fractions in (0, 1)).
+        integer: whether only whole numbers are allowed (bit widths, group sizes).
+
+    A level of ``0`` always means "no level" in variant names, so a range must exclude it.
+    """
+
+    minimum: float = attrs.field(converter=float)
+    maximum: float = attrs.field(converter=float)
+    inclusive: bool = False
+    integer: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.minimum < self.maximum:
+            raise ValueError(f"LevelRange needs minimum < maximum, got {self.minimum:g} and "
+                             f"{self.maximum:g}")
+        if self.contains(0.0):
+            raise ValueError("a LevelRange must exclude 0, which means 'no level'")
+
+    def contains(self, level: float) -> bool:
+        """Whether ``level`` is allowed."""
+        if self.integer and float(level) != int(level):
+            return False
+        if self.inclusive:
+            return self.minimum <= level <= self.maximum
+        return self.minimum < level < self.maximum
+
+    def describe(self) -> str:
+        """``0 < level < 1`` or ``whole numbers 2 <= level <= 8``."""
+        sign = "<=" if self.inclusive else "<"
+        kind = "whole numbers " if self.integer else ""
+        return f"{kind}{self.minimum:g} {sign} level {sign} {self.maximum:g}"
+
+
+#: The default range of a compressor with default levels: a fraction in (0, 1).
+FRACTION_LEVELS = LevelRange(0.0, 1.0)
+
+
+def level_range_of(compressor: Compressor) -> LevelRange | None:
+    """The levels ``compressor`` accepts; ``None`` for a level-less compressor.
+
+    Its ``level_range`` when it declares one, else :data:`FRACTION_LEVELS` when it has
+    ``default_levels``, else ``None``.
+    """
+    declared = getattr(compressor, "level_range", None)
+    if declared is not None:
+        if not isinstance(declared, LevelRange):
+            raise TypeError(f"level_range must be a sparseloom.core.protocols.LevelRange, got "
+                            f"{declared!r}")
+        return declared
+    return FRACTION_LEVELS if tuple(getattr(compressor, "default_levels", ())) else None
+
+
+#: How a variant name ends in a level: ``unstructured-0.5``, ``rounding-8``, ``x-1e-3``.
+LEVEL_SUFFIX = re.compile(r"(.+?)-([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+
+
+def compressor_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be selected in a variant list, or ``None`` when it can.
+
+    Variant names join compressors with ``+`` and end a step's level in ``-<number>``, and
+    ``dense`` is the uncompressed variant, so none of these can name a compressor.
+    """
+    if name == "dense":
+        return "'dense' names the uncompressed variant"
+    if "+" in name or "," in name or any(c.isspace() for c in name):
+        return "'+' joins compressors, ',' separates variants and spaces are trimmed"
+    if LEVEL_SUFFIX.fullmatch(name):
+        return "a name ending in '-<number>' reads as a level"
+    return None
+
+
 @runtime_checkable
 class AccuracyEstimator(Protocol):
-    """Predicts the metric of stitched variants from per-position features."""
+    """Predicts the metric of stitched variants from per-position features.
+
+    The factory is called with ``seed=<int>`` when its signature takes ``seed`` (or
+    ``**kwargs``), else with no arguments. The feature columns are laid out as
+    :func:`sparseloom.profile.features.feature_names` says (``docs/plugins.md`` lists them):
+    the first S columns are the measured metrics of each position's source variant.
+    ``predict`` must return one finite value per row, inside the metric's range [0, 1];
+    sparseloom checks this and fails naming the plugin otherwise.
+    """
 
     def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
         """Train on ``features`` (n_variants × n_features) and measured metrics (n_variants)."""
@@ -116,13 +253,39 @@ class PlacementPolicy(Protocol):
     def plan(
         self,
         tasks: Sequence[str],
-        profile: Any,
+        profile: ProfileTable,
         processors: Sequence[Processor],
         slos: Mapping[str, SLO],
     ) -> Plan:
-        """Return the plan to run."""
+        """Return the plan to run.
+
+        ``profile.processors`` names the profiled processors; ``order`` must name one of them
+        per position (``profile.task(t).n_positions`` of them, the same S for every task), and
+        each task's stitched variant has one choice per position.
+        """
         ...
 
     def on_feedback(self, observations: Any) -> Plan | None:
         """React to runtime observations; return a new plan or ``None`` to keep the current."""
+        ...
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Optional: a placement policy that also decides, at run time, where each subgraph runs.
+
+    A policy that has a ``dispatch`` method is asked by the runtime for every subgraph that
+    becomes ready (the first stage of a new request, or the next stage of one in flight); the
+    runtime then loads the policy's subgraphs on every processor that is up.
+    """
+
+    def dispatch(self, task: str, position: int, variant: int, queued_ms: Mapping[str, float],
+                 previous: str | None) -> str:
+        """Choose the processor that runs subgraph (``position``, ``variant``) of ``task``.
+
+        :param queued_ms: per candidate processor (those up that hold the subgraph), the
+            expected work queued there, in ms, from the profile's stage times.
+        :param previous: the processor that ran the previous stage (``None`` for stage 0).
+        :returns: one of ``queued_ms``'s keys (another name falls back to the plan's choice).
+        """
         ...

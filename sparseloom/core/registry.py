@@ -26,6 +26,7 @@ import pluggy
 from sparseloom import __version__
 from sparseloom.core import hookspecs
 from sparseloom.core.errors import PluginError, UnknownNameError
+from sparseloom.core.protocols import compressor_name_problem
 from sparseloom.core.types import PLUGIN_KINDS, PluginFailure, Processor, Registration
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,10 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "sparseloom.plugins.estimators.latency",
     "sparseloom.plugins.estimators.xgboost_estimator",
     "sparseloom.plugins.estimators.lightgbm_estimator",
-    "sparseloom.workloads.plugin",
+    "sparseloom.plugins.workloads.plugin",
     "sparseloom.plugins.compressors",
+    "sparseloom.plugins.policies",
+    "sparseloom.plugins.policies.adms",
 )
 
 #: Registration hook name for each plugin kind.
@@ -182,6 +185,14 @@ class Registry:
                 distribution=distribution,
                 version=version,
             )
+            problem = compressor_name_problem(name) if kind == "compressor" else None
+            if problem:
+                raise PluginError(
+                    f"compressor name {name!r} of plugin {plugin!r} (distribution "
+                    f"{distribution or '?'}) could never be selected in a variant list: "
+                    f"{problem}. Register it under a name of letters, digits, '_' and '-' "
+                    f"that does not end in '-<number>'."
+                )
             existing = self._registrations[kind].get(name)
             if existing is not None:
                 raise PluginError(

@@ -6,17 +6,36 @@ Later stages extend this module with their own records; keep each record small a
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
+
+from sparseloom.core.errors import ConfigError
 
 PluginKind = Literal["backend", "compressor", "estimator", "policy", "workload"]
 PLUGIN_KINDS: tuple[str, ...] = ("backend", "compressor", "estimator", "policy", "workload")
 
 
 def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
-    return tuple(values)
+    """Plain ``int`` s from integers of any kind (NumPy's included); :class:`ConfigError` for
+    anything else (floats, strings, booleans)."""
+    try:
+        items = list(values)
+    except TypeError:
+        raise ConfigError(f"expected a sequence of integers, got {values!r}") from None
+    converted = []
+    for value in items:
+        try:
+            if isinstance(value, bool):  # bool is an int to Python, but never an index here
+                raise TypeError
+            converted.append(operator.index(value))
+        except TypeError:
+            raise ConfigError(
+                f"expected integers, got {value!r} ({type(value).__name__}) in {items!r}"
+            ) from None
+    return tuple(converted)
 
 
 def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
@@ -25,7 +44,7 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
 
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{attribute.name} must lie in [0, 1], got {value!r}")
+        raise ConfigError(f"{attribute.name} must lie in [0, 1], got {value!r}")
 
 
 @attrs.frozen
@@ -55,7 +74,7 @@ class Registration:
     @name.validator
     def _check_name(self, attribute: attrs.Attribute, value: str) -> None:
         if not value or value != value.strip():
-            raise ValueError(f"a {self.kind} name must be a non-empty string, got {value!r}")
+            raise ConfigError(f"a {self.kind} name must be a non-empty string, got {value!r}")
 
 
 @attrs.frozen
@@ -133,9 +152,9 @@ class StitchedVariant:
     @choices.validator
     def _check_choices(self, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
         if not value:
-            raise ValueError("a stitched variant needs at least one position")
+            raise ConfigError("a stitched variant needs at least one position")
         if any((not isinstance(v, int)) or v < 0 for v in value):
-            raise ValueError(f"variant indices must be non-negative integers, got {value!r}")
+            raise ConfigError(f"variant indices must be non-negative integers, got {value!r}")
 
     @property
     def subgraphs(self) -> tuple[SubgraphKey, ...]:
@@ -156,6 +175,14 @@ class Plan:
         variants: the chosen stitched variant per task name.
         estimated_latency_ms: the estimated end-to-end latency per task name.
         estimated_accuracy: the estimated metric per task name.
+        feasible: per task, whether the chosen variant meets the task's SLO (estimated).
+        infeasible_reason: per infeasible task, why no variant meets its SLO (empty for
+            feasible tasks).
+        accuracy_measured: per task, whether ``estimated_accuracy`` was measured exactly
+            (``True``) or predicted by the accuracy estimator (``False``).
+        assignment: per task, the processor of each position (see :meth:`processors_of`).
+        slos: the SLO each task was planned against.
+        decision_seconds: wall time the policy took to decide, in seconds.
     """
 
     policy: str
@@ -165,3 +192,38 @@ class Plan:
         factory=dict, converter=dict, hash=False
     )
     estimated_accuracy: Mapping[str, float] = attrs.field(factory=dict, converter=dict, hash=False)
+    feasible: Mapping[str, bool] = attrs.field(factory=dict, converter=dict, hash=False)
+    infeasible_reason: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
+    accuracy_measured: Mapping[str, bool] = attrs.field(factory=dict, converter=dict, hash=False)
+    assignment: Mapping[str, tuple[str, ...]] = attrs.field(
+        factory=dict, converter=lambda value: {k: tuple(v) for k, v in dict(value).items()},
+        hash=False,
+    )
+    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=dict, hash=False)
+    decision_seconds: float = attrs.field(default=0.0, converter=float)
+
+    def processors_of(self, task: str) -> tuple[str, ...]:
+        """The processor of each position of ``task``'s chain: its assignment, else the order.
+
+        Partitioned policies run every task over the global :attr:`order`; non-partitioned
+        ones (the ``*-np`` baselines) put each task's whole chain on one processor, recorded
+        in :attr:`assignment`.
+        """
+        return tuple(self.assignment.get(task, self.order))
+
+
+@attrs.frozen
+class Feedback:
+    """What the runtime tells a placement policy's ``on_feedback`` about the running plan.
+
+    Attributes:
+        plan: the plan that was running.
+        latency_ms: per task, the SLO monitor's window statistic of end-to-end latency (ms).
+        violated: per task, whether that statistic misses the task's latency SLO.
+        down_processors: processors that failed and must not be planned on.
+    """
+
+    plan: Plan
+    latency_ms: Mapping[str, float] = attrs.field(factory=dict, converter=dict, hash=False)
+    violated: Mapping[str, bool] = attrs.field(factory=dict, converter=dict, hash=False)
+    down_processors: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)

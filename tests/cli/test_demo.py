@@ -12,10 +12,11 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
         cli, ["demo", "--workload", "tiny", "--sample", "30", "--out", str(tmp_path)]
     )
     assert result.exit_code == 0, result.output
-    for step in ("[1/5] Processors", "[2/5] Workload 'tiny'", "[3/5] Subgraph zoos",
-                 "[4/5] Stitched variants", "[5/5] Profiler"):
+    for step in ("[1/6] Processors", "[2/6] Workload 'tiny'", "[3/6] Subgraph zoos",
+                 "[4/6] Stitched variants", "[5/6] Profiler", "[6/6] Serving"):
         assert step in result.output
     assert (tmp_path / "pareto-tiny.png").stat().st_size > 0
     rows = (tmp_path / "pareto-tiny.csv").read_text().splitlines()
     assert rows[0].startswith("kind,choices") and len(rows) == 1 + 10 + 30
     assert "top-10 recall" in result.output
+    assert "submitted 100 = completed 100 + failed 0" in result.output

@@ -14,6 +14,9 @@ from click.testing import CliRunner
 from sparseloom.cli import cli
 from tests.plugins.backends import models
 
+#: What each processor's runtime reports as running a model it was asked to run.
+EXECUTED_BY = {"ov:CPU": ["CPU"], "ort:CPU": ["CPUExecutionProvider"]}
+
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
@@ -67,7 +70,9 @@ def test_infer_gives_matching_outputs_on_both_cpu_processors(files, name, input_
         assert result.exit_code == 0, result.output
         report = json.loads(result.output)
         assert report["processor"] == processor and report["latency_ms"]["count"] == 3
-        assert report["latency_ms"]["median"] > 0
+        # The runtime really ran it where asked (no silent fallback to another device).
+        assert report["executed_by"] == EXECUTED_BY[processor]
+        assert 0 < report["latency_ms"]["median"] <= report["latency_ms"]["p90"]
         with np.load(out) as archive:
             outputs[processor] = {k: archive[k] for k in archive.files}
     (output_name,) = outputs["ov:CPU"]
@@ -138,4 +143,14 @@ def test_bench_backends_prints_overhead_and_speedup_side_by_side():
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert {row["processor"] for row in report["overhead"]} == {"ov:CPU", "ort:CPU"}
-    assert report["parallel"]["speedup"] > 0
+    for row in report["overhead"]:
+        assert row["bare_ms"] is not None  # both built-in backends expose the bare call
+        assert row["overhead_pct"] == pytest.approx(
+            100 * (row["async_ms"] - row["bare_ms"]) / row["bare_ms"])
+        assert row["infer_overhead_pct"] == pytest.approx(
+            100 * (row["infer_ms"] - row["bare_ms"]) / row["bare_ms"])
+    parallel = report["parallel"]
+    assert parallel["speedup"] == pytest.approx(parallel["serial_s"] / parallel["parallel_s"])
+    # serial time is the sum of two processors' times alone, ideal is serial over the longer:
+    # between 1 (one processor does all the work) and 2 (both take equally long).
+    assert 1.0 <= parallel["ideal_speedup"] <= 2.0

@@ -44,7 +44,7 @@ def test_installed_third_party_plugin_appears_and_autoload_switch_hides_it(tmp_p
     assert shown.returncode == 0, shown.stderr
     rows = {(r["kind"], r["name"]): r for r in json.loads(shown.stdout)}
     assert rows[("policy", "fastest-dense")]["distribution"] == "sparseloom-example-plugin"
-    assert rows[("estimator", "mean-of-sources")]["version"] == "0.1.0"
+    assert rows[("estimator", "knn")]["version"] == "0.1.0"
 
     hidden = run_cli("plugins", "--json", pythonpath=str(tmp_path), autoload=False)
     assert ("policy", "fastest-dense") not in {

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.workloads.test_workload_toml import two_input_model
+from tests.workload.test_file import two_input_model
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

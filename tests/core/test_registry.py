@@ -68,7 +68,10 @@ def test_entry_point_plugin_loads_and_autoload_switch_hides_it(on_sys_path, monk
     registry = create_registry(autoload=True)
     policy = registry.get_policy("fastest-dense")
     assert (policy.distribution, policy.version) == ("sparseloom-example-plugin", "0.1.0")
-    assert registry.get_estimator("mean-of-sources").capabilities == ("accuracy",)
+    assert registry.get_estimator("knn").capabilities == ("accuracy",)
+    assert registry.get_backend("ortx").distribution == "sparseloom-example-plugin"
+    assert registry.get_compressor("rounding").capabilities == ("rounding",)
+    assert not registry.failures
 
     monkeypatch.setenv("SPARSELOOM_DISABLE_PLUGIN_AUTOLOAD", "1")
     with pytest.raises(UnknownNameError):

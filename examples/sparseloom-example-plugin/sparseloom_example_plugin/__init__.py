@@ -1,72 +1,56 @@
-"""An example sparseloom plugin: a placement policy and an accuracy estimator.
+"""An example sparseloom plugin: one implementation of every kind a third party can add.
 
-Installed, it registers through the ``sparseloom`` entry-point group (see pyproject.toml), so
-``sparseloom plugins`` lists ``fastest-dense`` (policy) and ``mean-of-sources`` (estimator).
+Installed, it registers through the ``sparseloom`` entry-point group (see ``pyproject.toml``),
+so ``sparseloom plugins`` lists:
+
+=========  ===============  =========================================================
+kind       name             what it is
+=========  ===============  =========================================================
+backend    ``ortx``         ONNX Runtime on the CPU, written against the protocol only
+compressor ``rounding``     rounds weight matrices to ``2**bits`` levels (bits 2..8)
+estimator  ``knn``          k nearest measured stitched variants, averaged
+policy     ``fastest-dense`` all-dense variants on the fastest processor order
+=========  ===============  =========================================================
+
+Each lives in its own module; this one only registers them. ``docs/plugins.md`` walks through
+every line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from sparseloom.core.hookspecs import RegisterFn, hookimpl
+from sparseloom_example_plugin.backend import OrtxBackend
+from sparseloom_example_plugin.compressor import RoundingCompressor
+from sparseloom_example_plugin.estimator import KnnEstimator
+from sparseloom_example_plugin.policy import FastestDensePolicy
 
-import numpy as np
-
-from sparseloom.core.hookspecs import hookimpl
-from sparseloom.core.types import SLO, Plan, Processor, StitchedVariant
-
-
-class MeanOfSourcesEstimator:
-    """Predicts a stitched variant's metric as the mean of its source variants' metrics.
-
-    The features are the per-position source accuracies (SparseLoom §3.2), so the mean is a
-    sensible, training-free baseline for the learned XGBoost/LightGBM estimators.
-    """
-
-    def __init__(self, positions: int | None = None) -> None:
-        self.positions = positions
-
-    def fit(self, features: np.ndarray, accuracies: np.ndarray) -> None:
-        """Nothing to learn; remembers how many leading columns are source accuracies."""
-        if self.positions is None:
-            self.positions = np.asarray(features).shape[1]
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """The mean of the first ``positions`` columns of each row."""
-        features = np.asarray(features, dtype=float)
-        return features[:, : self.positions or features.shape[1]].mean(axis=1)
-
-
-class FastestDensePolicy:
-    """Runs every task's dense model, all positions on the first processor given."""
-
-    def plan(
-        self,
-        tasks: Sequence[str],
-        profile: Any,
-        processors: Sequence[Processor],
-        slos: Mapping[str, SLO],
-    ) -> Plan:
-        """Place every position of every task's all-dense variant on ``processors[0]``."""
-        positions = int(getattr(profile, "positions", 1))
-        order = tuple([processors[0].name] * positions)
-        variants = {t: StitchedVariant(t, (0,) * positions) for t in tasks}
-        return Plan(policy="fastest-dense", order=order, variants=variants)
-
-    def on_feedback(self, observations: Any) -> Plan | None:
-        """Never re-plans."""
-        return None
+__all__ = ["FastestDensePolicy", "KnnEstimator", "OrtxBackend", "RoundingCompressor"]
 
 
 @hookimpl
-def sparseloom_register_policies(register):
-    register("fastest-dense", FastestDensePolicy, description="all-dense variants on one processor")
+def sparseloom_register_backends(register: RegisterFn) -> None:
+    """Register the ``ortx`` backend: its processor is ``ortx:CPU``."""
+    register("ortx", OrtxBackend, description="ONNX Runtime on the CPU (example plugin)",
+             capabilities=("CPU",))
 
 
 @hookimpl
-def sparseloom_register_estimators(register):
-    register(
-        "mean-of-sources",
-        MeanOfSourcesEstimator,
-        description="mean of the source variants' metrics (no training)",
-        capabilities=["accuracy"],
-    )
+def sparseloom_register_compressors(register: RegisterFn) -> None:
+    """Register the ``rounding`` compressor (variants ``rounding``, ``rounding-4``, ...)."""
+    register("rounding", RoundingCompressor,
+             description="round weight matrices to 2**bits evenly spaced values",
+             capabilities=("rounding",))
+
+
+@hookimpl
+def sparseloom_register_estimators(register: RegisterFn) -> None:
+    """Register the ``knn`` accuracy estimator."""
+    register("knn", KnnEstimator, description="mean metric of the k nearest measured variants",
+             capabilities=("accuracy",))
+
+
+@hookimpl
+def sparseloom_register_policies(register: RegisterFn) -> None:
+    """Register the ``fastest-dense`` placement policy."""
+    register("fastest-dense", FastestDensePolicy,
+             description="all-dense variants on the fastest processor order")

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import os
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from sparseloom.core.errors import BackendError
-from sparseloom.plugins.backends import _worker
+from sparseloom.plugins.backends import _memory, _worker
 from sparseloom.plugins.backends._common import (
     LoadedModel,
+    ModelSource,
     notify_and_raise,
+    resolve_model,
     validate_inputs,
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
+    import onnx
+
+    from sparseloom.core.types import Processor
 
 
 class WorkerBackend:
@@ -28,6 +37,49 @@ class WorkerBackend:
 
     #: The backend's registered name; prefixes its processors.
     name: str = ""
+
+    def _source(self, model: onnx.ModelProto | str | os.PathLike[str],
+                processor: Processor) -> ModelSource:
+        """``model`` on disk with its signature; a failure notifies observers, then raises."""
+        try:
+            return resolve_model(model)
+        except Exception as error:
+            notify_and_raise(processor, "compile", error)
+
+    def _create_on_worker(
+        self,
+        processor: Processor,
+        create: Callable[[], Any],
+        warm_up: Callable[[Any], Any],
+        device_bytes: Callable[[], int | None] | None = None,
+    ) -> tuple[Any, int, ThreadPoolExecutor]:
+        """Create a runtime model on the processor's pinned worker and measure its memory.
+
+        ``create()`` builds the runtime object, ``warm_up(handle)`` runs one request (a model
+        whose free dimensions do not fit the example inputs just reads lower), and
+        ``device_bytes()`` reads device memory in use (``None``: not available). Returns the
+        handle, the RSS growth plus the device memory growth, and the worker's executor.
+        """
+
+        def created() -> Any:
+            handle = create()
+            with contextlib.suppress(Exception):
+                warm_up(handle)
+            return handle
+
+        def measured() -> tuple[Any, int]:
+            before = device_bytes() if device_bytes else None
+            handle, host_bytes = _memory.measure_rss(created)
+            after = device_bytes() if before is not None and device_bytes else None
+            grown = max(after - before, 0) if after is not None and before is not None else 0
+            return handle, host_bytes + grown
+
+        executor = _worker.executor_for(processor)
+        try:
+            handle, memory_bytes = executor.submit(measured).result()
+        except Exception as error:
+            notify_and_raise(processor, "load", error)
+        return handle, memory_bytes, executor
 
     def infer_async(
         self, loaded: LoadedModel, inputs: Mapping[str, Any]

@@ -50,7 +50,16 @@ def conv_model(channels: int = 32, size: int = 32, layers: int = 6, seed: int = 
     return model
 
 
-def _bare_call(loaded: Any, inputs: dict[str, Any]) -> Callable[[], Any]:
+def _bare_call(loaded: Any, inputs: dict[str, Any]) -> Callable[[], Any] | None:
+    """The runtime's own call for a built-in backend's model; ``None`` for any other backend.
+
+    The :class:`~sparseloom.core.protocols.LoadedModel` contract has no bare runtime call, so
+    a third-party backend is measured through ``infer_async`` and ``infer`` only.
+    """
+    from sparseloom.plugins.backends._common import LoadedModel
+
+    if not isinstance(loaded, LoadedModel):
+        return None
     if loaded.compiled.backend == "ort":
         session = loaded.handle
         return lambda: session.run(None, inputs)
@@ -85,13 +94,17 @@ def _on_pinned_thread(cores: Sequence[int], fn: Callable[[], Any]) -> Any:
 def _overhead(backend: Any, loaded: Any, inputs: dict[str, Any], requests: int
               ) -> dict[str, Any]:
     """Latency (one request at a time) and throughput (``requests`` in flight at once) of
-    the backend's calls versus the bare runtime call, all made from the calling thread."""
+    the backend's calls versus the bare runtime call, all made from the calling thread.
+
+    Without a bare call (a third-party backend) the bare figures and overheads are ``None``.
+    """
     bare = _bare_call(loaded, inputs)
     calls: dict[str, Callable[[], Any]] = {
-        "bare": bare,
         "async": lambda: backend.infer_async(loaded, inputs).result(),
         "infer": lambda: backend.infer(loaded, inputs),
     }
+    if bare is not None:
+        calls = {"bare": bare, **calls}
     for _ in range(10):
         for call in calls.values():
             call()
@@ -104,31 +117,32 @@ def _overhead(backend: Any, loaded: Any, inputs: dict[str, Any], requests: int
 
     def back_to_back() -> None:
         for _ in range(requests):
-            bare()
+            bare()  # type: ignore[misc]  # only scheduled when there is a bare call
 
     def in_flight() -> None:
         for future in [backend.infer_async(loaded, inputs) for _ in range(requests)]:
             future.result()
 
-    batch: dict[str, list[float]] = {"bare": [], "async": []}
+    runs = (("bare", back_to_back), ("async", in_flight)) if bare else (("async", in_flight),)
+    batch: dict[str, list[float]] = {name: [] for name, _ in runs}
     for _ in range(_BATCH_ROUNDS):
-        for name, run in (("bare", back_to_back), ("async", in_flight)):
+        for name, run in runs:
             start = time.perf_counter()
             run()
             batch[name].append((time.perf_counter() - start) / requests)
     ms = {name: _median_ms(samples) for name, samples in latency.items()}
     per_request = {name: _median_ms(samples) for name, samples in batch.items()}
 
-    def pct(value: float, base: float) -> float:
-        return 100.0 * (value - base) / base
+    def pct(value: float, base: float | None) -> float | None:
+        return None if base is None else 100.0 * (value - base) / base
 
     return {"processor": loaded.processor.name, "cores": list(loaded.processor.cores),
-            "bare_ms": ms["bare"], "async_ms": ms["async"],
-            "overhead_pct": pct(ms["async"], ms["bare"]),
-            "infer_ms": ms["infer"], "infer_overhead_pct": pct(ms["infer"], ms["bare"]),
-            "throughput": {"bare_ms_per_request": per_request["bare"],
+            "bare_ms": ms.get("bare"), "async_ms": ms["async"],
+            "overhead_pct": pct(ms["async"], ms.get("bare")),
+            "infer_ms": ms["infer"], "infer_overhead_pct": pct(ms["infer"], ms.get("bare")),
+            "throughput": {"bare_ms_per_request": per_request.get("bare"),
                            "async_ms_per_request": per_request["async"],
-                           "overhead_pct": pct(per_request["async"], per_request["bare"])}}
+                           "overhead_pct": pct(per_request["async"], per_request.get("bare"))}}
 
 
 #: Interleaved rounds of the throughput measurement (``requests`` requests each).
@@ -138,12 +152,12 @@ _BATCH_ROUNDS = 5
 def benchmark_backends(specs: Sequence[str], requests: int = 200, channels: int = 32
                        ) -> dict[str, Any]:
     """Measure per-call overhead and parallel speed-up of ``specs`` (see the module doc)."""
-    from sparseloom.core.inference import load_model
     from sparseloom.plugins.backends._common import example_inputs
+    from sparseloom.workload.inference import load_model, model_tensors
 
     model = conv_model(channels)
     loaded_models = [load_model(model, spec) for spec in specs]
-    inputs = example_inputs(loaded_models[0][1].inputs)
+    inputs = example_inputs(model_tensors(loaded_models[0][1], model)[0])
     overhead = []
     try:
         for backend, loaded in loaded_models:

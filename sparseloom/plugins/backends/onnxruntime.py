@@ -13,7 +13,6 @@ intra-op threads, and a 1-thread session runs on the calling thread, which is wh
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,6 @@ from sparseloom.plugins.backends._common import (
     example_inputs,
     handle_fallback,
     notify_and_raise,
-    resolve_model,
 )
 
 if TYPE_CHECKING:
@@ -63,6 +61,38 @@ def _probe_model() -> bytes:
     model.ir_version = 8
     return model.SerializeToString()
 
+
+def _digest_path(artefact: Path) -> Path:
+    return artefact.with_name(artefact.name + ".sha256")
+
+
+def _artefact_sound(artefact: Path) -> bool:
+    """Whether a cached optimized model matches the SHA-256 recorded when it was written.
+
+    A damaged file would break every later load of that model, so it is checked on each
+    compile (the files are small); a mismatch is announced and the model optimized again.
+    """
+    from sparseloom.core.cache import cache_notice, file_hash
+
+    try:
+        recorded = _digest_path(artefact).read_text().strip()
+    except OSError:
+        return False  # written before digests were recorded, or mid-write: rebuild quietly
+    if file_hash(artefact) == recorded:
+        return True
+    cache_notice(f"the cached ONNX Runtime model {artefact} is damaged; optimizing it again")
+    return False
+
+
+def _store_artefact(built: Path, artefact: Path) -> None:
+    """Move a freshly optimized model into the cache and record its SHA-256 beside it."""
+    from sparseloom.core.cache import file_hash
+
+    digest = file_hash(built)
+    os.replace(built, artefact)
+    temporary = _digest_path(artefact).with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(digest)
+    os.replace(temporary, _digest_path(artefact))
 
 class OnnxRuntimeBackend(WorkerBackend):
     """ONNX Runtime on CPU, CUDA and TensorRT, discovered from the providers that answer."""
@@ -113,6 +143,26 @@ class OnnxRuntimeBackend(WorkerBackend):
         return ""
 
     # -- configuration ---------------------------------------------------------------------
+
+    def check_options(self, processor: Processor) -> None:
+        """Refuse option keys this backend does not read (see the module doc) and bad levels.
+
+        :raises ConfigError: naming the key and the keys that are allowed.
+        """
+        from sparseloom.core.errors import ConfigError
+
+        for key, value in processor.options.items():
+            if key in ("graph_optimization_level", "on_fallback") or key.startswith(
+                    ("session.", "ep.")):
+                continue
+            raise ConfigError(
+                f"processor {processor.name}: unknown option {key}={value!r}; ONNX Runtime "
+                "processors take graph_optimization_level, on_fallback, session.<key> (a "
+                "session config entry) and ep.<key> (a provider option)")
+        level = processor.options.get("graph_optimization_level", "all")
+        if level not in _LEVELS:
+            raise ConfigError(f"processor {processor.name}: graph_optimization_level={level!r} "
+                              f"is not one of {', '.join(_LEVELS)}")
 
     def _session_options(self, processor: Processor, level: str | None = None) -> Any:
         import onnxruntime as ort
@@ -168,10 +218,7 @@ class OnnxRuntimeBackend(WorkerBackend):
 
         from sparseloom.core.cache import cache_dir, config_hash
 
-        try:
-            source = resolve_model(model)
-        except Exception as error:
-            notify_and_raise(processor, "compile", error)
+        source = self._source(model, processor)
         kind, _ = _kind_and_index(processor.device)
         key = config_hash({"digest": source.digest, "device": processor.device,
                            "ort": ort.__version__, "options": dict(processor.options)})
@@ -195,6 +242,8 @@ class OnnxRuntimeBackend(WorkerBackend):
                                                providers=self._providers(processor, None))
                 return tuple(session.get_providers()), tmp
 
+        if kind != "TensorRT" and artefact.is_file() and not _artefact_sound(artefact):
+            artefact.unlink(missing_ok=True)  # damaged or unverifiable: optimize it again
         if not artefact.is_file() or kind == "TensorRT":
             artefact.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -207,7 +256,7 @@ class OnnxRuntimeBackend(WorkerBackend):
                 if PROVIDERS[kind] not in used:  # caught here already, before any timing
                     handle_fallback(processor, "CPU", used, operation="compile")
                 if built is not None:
-                    os.replace(built, artefact)
+                    _store_artefact(built, artefact)
             finally:
                 if built is not None:
                     built.unlink(missing_ok=True)
@@ -231,26 +280,12 @@ class OnnxRuntimeBackend(WorkerBackend):
         else:
             path, engine_dir = compiled.artefact_path or compiled.source.path, None
         warmup = example_inputs(compiled.inputs)
-
-        def create() -> Any:
-            session = self._session(path, processor, engine_dir)
-            # Free dims set to 1 may not fit every model; then the memory reads lower.
-            with contextlib.suppress(Exception):
-                session.run(None, warmup)
-            return session
-
-        def measured() -> tuple[Any, int]:
-            gpu_before = _memory.gpu_used_bytes(index) if kind != "CPU" else None
-            session, host_bytes = _memory.measure_rss(create)
-            gpu_after = _memory.gpu_used_bytes(index) if gpu_before is not None else None
-            gpu_bytes = max(gpu_after - gpu_before, 0) if gpu_after is not None else 0
-            return session, host_bytes + gpu_bytes
-
-        executor = _worker.executor_for(processor)
-        try:
-            session, memory_bytes = executor.submit(measured).result()
-        except Exception as error:
-            notify_and_raise(processor, "load", error)
+        session, memory_bytes, executor = self._create_on_worker(
+            processor,
+            lambda: self._session(path, processor, engine_dir),
+            lambda session: session.run(None, warmup),
+            (lambda: _memory.gpu_used_bytes(index)) if kind != "CPU" else None,
+        )
         used = tuple(session.get_providers())
         actual = processor
         if PROVIDERS[kind] not in used:

@@ -18,8 +18,8 @@ from sparseloom.core.errors import ProfileError
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
 if TYPE_CHECKING:
-    from sparseloom.core.profile_table import ProfileTable
     from sparseloom.core.types import StitchedVariant
+    from sparseloom.profile.table import ProfileTable
 
 
 class AdditiveLatencyEstimator:

@@ -50,7 +50,7 @@ def test_loaded_model_reports_signature_and_memory(ort, linear_loaded):
     assert linear_loaded.inputs[0].dtype == "float32"
     assert linear_loaded.inputs[0].shape == ("N", 6)
     assert linear_loaded.executed_by[0] == "CPUExecutionProvider"
-    assert 0 <= linear_loaded.memory_bytes < 256 * 2**20
+    assert linear_loaded.memory_bytes < 256 * 2**20  # lower bound: the test below
 
 
 def test_memory_grows_with_the_weights(ort, tmp_path):

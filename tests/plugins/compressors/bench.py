@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python -m tests.plugins.compressors.bench [--batch 64] [--runs 200]
 
 Models: the bundled ``tiny`` workload (small ResNet on digits) cut into 3 parts by
-``sparseloom.core.partition``, and the two test models of ``models.py``. For each model,
+``sparseloom.zoo.partition``, and the two test models of ``models.py``. For each model,
 subgraph position and compressor level: top-1 accuracy of the dense chain with that one
 position replaced, the position's weight bytes, and its latency on ONNX Runtime CPU and
 OpenVINO CPU (one thread each, batch ``--batch``, variants interleaved, best of five medians).
@@ -120,8 +120,8 @@ def subjects(batch: int) -> list[Subject]:
     """The bundled ``tiny`` workload (3 parts, when it builds) and the two test models."""
     found = []
     try:
-        from sparseloom.core.partition import partition_model
-        from sparseloom.core.workload import load_workload
+        from sparseloom.workload.load import load_workload
+        from sparseloom.zoo.partition import partition_model
 
         task = load_workload("tiny", progress=False).tasks[0]
         model = onnx.load(str(task.model_path))

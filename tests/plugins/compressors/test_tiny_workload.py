@@ -7,6 +7,8 @@ import pytest
 
 from sparseloom.core.registry import create_registry
 from sparseloom.plugins.compressors import boundary_signature
+from sparseloom.workload.load import load_workload
+from sparseloom.zoo.partition import partition_model
 from tests.plugins.compressors.models import run_chain
 
 #: (compressor, level, allowed top-1 drop) on the middle piece.
@@ -17,11 +19,6 @@ CASES = [("unstructured", 0.3, 0.02), ("structured", 0.25, 0.03), ("structured",
 @pytest.fixture(scope="module")
 def tiny():
     """The tiny task, its 3 dense pieces and calibration batches of piece 1's inputs."""
-    try:
-        from sparseloom.core.partition import partition_model
-        from sparseloom.core.workload import load_workload
-    except ImportError as error:  # another stage's modules
-        pytest.skip(f"the tiny workload or the partitioner is not available: {error}")
     task = load_workload("tiny", progress=False).tasks[0]
     sample = {name: value[:4] for name, value in task.calibration_inputs.items()}
     pieces = list(partition_model(onnx.load(str(task.model_path)), 3, sample).pieces)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparseloom.core.accuracy_features import SubgraphFeatures, stitched_features
 from sparseloom.core.errors import ProfileError, UnknownNameError
-from sparseloom.core.estimation_metrics import spearman, top_k_recall
 from sparseloom.core.registry import create_registry
 from sparseloom.plugins.estimators.common import MIN_TRAINING_SAMPLES
+from sparseloom.profile.features import SubgraphFeatures, stitched_features
+from sparseloom.profile.metrics import spearman, top_k_recall
 
 
 def synthetic_zoo(seed: int = 0, variants: int = 8, positions: int = 2):

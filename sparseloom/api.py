@@ -1,0 +1,162 @@
+"""The Python API: the steps of the job as functions, for scripts rather than commands.
+
+Every function imports what it needs when it is called, so ``import sparseloom`` stays free of
+OpenVINO, ONNX Runtime, torch, xgboost and lightgbm. The CLI calls these same functions::
+
+    import sparseloom
+
+    workload = sparseloom.load_workload("tiny")
+    zoos = sparseloom.build_zoos(workload)
+    table = sparseloom.build_profile(workload, zoos=zoos)
+    planned = sparseloom.make_plan(table, workload=workload)
+    result = sparseloom.serve(workload, table)
+
+See ``docs/api.md`` for a complete script.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparseloom.core.types import SLO, Processor
+    from sparseloom.plan.api import PlanResult
+    from sparseloom.profile.builder import ProfileOptions
+    from sparseloom.profile.table import ProfileTable
+    from sparseloom.runtime.session import RunConfig, RunResult
+    from sparseloom.workload.task import Workload
+    from sparseloom.zoo.options import ZooOptions
+    from sparseloom.zoo.types import Zoo
+
+__all__ = ["build_profile", "build_zoos", "load_profile", "load_workload", "make_plan", "serve"]
+
+
+def load_workload(
+    name_or_path: str | os.PathLike[str],
+    *,
+    tasks: Sequence[str] | None = None,
+    progress: bool = True,
+    rebuild: bool = False,
+) -> Workload:
+    """Build (or load from the cache) a workload: a bundled name or a workload TOML path.
+
+    :param tasks: only these tasks, in this order (default: all).
+    :param progress: progress bars on stderr for long build steps.
+    :param rebuild: build the builder tasks again even when their cache entries are sound.
+    """
+    from sparseloom.workload.load import load_workload as load
+
+    return load(name_or_path, tasks=tasks, progress=progress, rebuild=rebuild)
+
+
+def _loaded(workload: Workload | str | os.PathLike[str], progress: bool) -> Workload:
+    return load_workload(workload, progress=progress) if isinstance(
+        workload, str | os.PathLike) else workload
+
+
+def build_zoos(
+    workload: Workload | str | os.PathLike[str],
+    options: ZooOptions | None = None,
+    *,
+    rebuild: bool = False,
+    progress: bool = True,
+) -> dict[str, Zoo]:
+    """Build (or load from the cache) the subgraph zoo of every task of ``workload``.
+
+    :param options: S, variants, partition settings; by default one position per processor
+        of the workload (or of the default processor set) and the ten default variants.
+    :returns: the zoo of each task, by task name.
+    """
+    import attrs
+
+    from sparseloom.zoo.build import build_zoo
+    from sparseloom.zoo.options import ZooOptions, workload_processors
+
+    loaded = _loaded(workload, progress)
+    options = options or ZooOptions()
+    if not options.processors:
+        options = attrs.evolve(options, processors=workload_processors(loaded))
+    return {task.name: build_zoo(task, options, rebuild=rebuild, progress=progress)
+            for task in loaded.tasks}
+
+
+def build_profile(
+    workload: Workload | str | os.PathLike[str],
+    *,
+    processors: Sequence[str | Processor] | None = None,
+    options: ProfileOptions | None = None,
+    zoos: Mapping[str, Zoo] | None = None,
+    progress: bool = True,
+    **settings: Any,
+) -> ProfileTable:
+    """Measure and estimate the profile table of ``workload`` (cached; a rerun loads it).
+
+    :param processors: processor specs; default the workload's, else the default set.
+    :param options: estimators, samples, S (:class:`~sparseloom.profile.builder.ProfileOptions`).
+    :param zoos: prebuilt zoos by task name (default: built or loaded from the cache).
+    :param settings: further keywords of :func:`sparseloom.profile.builder.build_profile`
+        (``use_cache``, ``strict``, ``cache_root``).
+    """
+    from sparseloom.profile.builder import build_profile as build
+
+    return build(_loaded(workload, progress), processors=processors, options=options,
+                 zoos=zoos, progress=progress, **settings)
+
+
+def load_profile(directory: str | os.PathLike[str]) -> ProfileTable:
+    """Read a profile table saved by :func:`build_profile` (its ``meta["table_directory"]``)."""
+    from sparseloom.profile.table import ProfileTable
+
+    return ProfileTable.load(directory)
+
+
+def make_plan(
+    profile: ProfileTable,
+    *,
+    policy: str = "sparseloom",
+    slos: Mapping[str, SLO] | None = None,
+    processors: Sequence[str | Processor] | None = None,
+    memory_budget: float | int = 1.0,
+    workload: Workload | None = None,
+) -> PlanResult:
+    """Choose a processor order and a stitched variant per task, and the subgraphs to preload.
+
+    :param policy: a registered placement policy (``sparseloom plugins`` lists them).
+    :param slos: SLO per task; others take their workload's ``[task.slo]`` (when ``workload``
+        is given), else the middle of their SLO grid.
+    :param processors: processors to plan on (default: every profiled one).
+    :param memory_budget: a fraction of full preloading in (0, 1], or bytes.
+    :returns: the plan, its preload set, where each SLO came from, the policy object.
+    """
+    from sparseloom.plan.api import make_plan as plan
+
+    names = [getattr(p, "name", p) for p in processors or ()]
+    workload_slos = {t.name: t.slo for t in workload.tasks} if workload is not None else None
+    return plan(profile, policy=policy, slos=slos, processors=names or None,
+                memory_budget=memory_budget, workload_slos=workload_slos)
+
+
+def serve(
+    workload: Workload | str | os.PathLike[str],
+    profile: ProfileTable | None = None,
+    config: RunConfig | None = None,
+    *,
+    progress: bool = True,
+) -> RunResult:
+    """Serve every task of ``workload`` at once on the processors and summarise the run.
+
+    Plans with ``config.policy``, preloads the hot subgraphs within ``config.memory_budget``,
+    offers ``config.load`` (closed loop, 100 queries per task by default) and re-plans on SLO
+    violations. ``result.summary`` is the run's summary (``sparseloom.runtime.summary``).
+
+    :param profile: the workload's profile (default: :func:`build_profile` with its defaults).
+    :param config: policy, SLOs, memory budget, load and runtime options
+        (:class:`sparseloom.runtime.session.RunConfig`).
+    """
+    from sparseloom.runtime.session import serve as run
+
+    loaded = _loaded(workload, progress)
+    table = profile if profile is not None else build_profile(loaded, progress=progress)
+    return run(loaded, table, config)

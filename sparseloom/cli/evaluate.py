@@ -1,0 +1,132 @@
+"""``sparseloom evaluate WORKLOAD`` (the §5 comparison) and ``sparseloom simulate WORKLOAD``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sparseloom.cli.output import echo_json, echo_table
+
+
+def _progress(enabled: bool) -> Any:
+    if not enabled:
+        return None
+    started = time.perf_counter()
+
+    def show(done: int, total: int, label: str) -> None:
+        width = 24
+        filled = int(width * done / max(total, 1))
+        click.echo(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                   f"{time.perf_counter() - started:.0f}s {label[:60]:<60}", err=True, nl=False)
+
+    return show
+
+
+@click.command("evaluate")
+@click.argument("workload")
+@click.option("--quick", is_flag=True,
+              help="3 SLO configurations, 1 arrival order, 1 repeat, 20 queries (the tests' "
+                   "setting); the rest of the grid simulated.")
+@click.option("--contender", "contenders", multiple=True,
+              help="Contender to run (repeat); default every registered policy + vanilla-ov, "
+                   "vanilla-ort.")
+@click.option("--exclude", multiple=True, help="Contender to leave out (repeat).")
+@click.option("--orders", type=click.IntRange(min=1), default=None,
+              help="Arrival orders to sample (default all T!).")
+@click.option("--queries", type=click.IntRange(min=1), default=None,
+              help="Requests per task per run [default 100; 20 with --quick].")
+@click.option("--repeats", type=click.IntRange(min=1), default=None,
+              help="Runs per cell [default 3; 1 with --quick].")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("evaluation"), show_default=True,
+              help="Output folder (runs are cached here; a rerun continues).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
+                     exclude: tuple[str, ...], orders: int | None, queries: int | None,
+                     repeats: int | None, out: Path, as_json: bool) -> None:
+    """Compare sparseloom with the baselines, ADMS and vanilla OpenVINO / ONNX Runtime.
+
+    Every contender is run by the real runtime over SLO configurations × arrival orders;
+    writes Fig. 10/11/13/14/3 as PNG with their numbers as JSON/CSV under --out.
+    """
+    import attrs
+
+    from sparseloom.cli.output import ensure_output_dir
+    from sparseloom.cli.run import load_profiled
+    from sparseloom.evaluation.harness import QUICK, EvalConfig
+    from sparseloom.evaluation.report import evaluate_workload
+
+    ensure_output_dir(out)
+    base = QUICK if quick else EvalConfig()
+    changes: dict[str, Any] = {"contenders": contenders, "exclude": exclude}
+    for name, value in (("orders", orders), ("queries", queries), ("repeats", repeats)):
+        if value is not None:
+            changes[name] = value
+    config = attrs.evolve(base, **changes)
+    interactive = sys.stderr.isatty() and not as_json
+    loaded, profile = load_profiled(workload, progress=interactive)
+    tables = evaluate_workload(loaded, profile, out, config,
+                               progress=_progress(not as_json))
+    if not as_json:
+        click.echo("", err=True)
+    if as_json:
+        echo_json(tables)
+        return
+    rows = [[r["contender"], f"{100 * r['violation_rate']:.1f}",
+             f"{100 * r['violation_rate_measured']:.1f}", f"{r['throughput_rps']:.1f}",
+             f"{r['pipeline_share']:.2f}", r["cells_measured"], r["cells_simulated"]]
+            for r in tables["contenders"]]
+    echo_table(["contender", "violation %", "measured only %", "throughput rps",
+                "pipeline share", "measured", "simulated"], rows)
+    check = tables["validation"]
+    throughput = 100 * check["mean_abs_throughput_error"]
+    points = check["mean_abs_violation_error_points"]
+    click.echo(f"simulator vs measured: throughput error {throughput:.1f}% (mean |rel|), "
+               f"violation error {points:.1f} points")
+    click.echo(f"tables and figures: {out}")
+
+
+@click.command("simulate")
+@click.argument("workload")
+@click.option("--device-file", default="core-ultra-soc", show_default=True,
+              help="A device TOML path, or the name of a bundled one.")
+@click.option("--policy", "policies", multiple=True,
+              help="Policy to simulate (repeat); default every registered policy.")
+@click.option("--queries", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def simulate_command(workload: str, device_file: str, policies: tuple[str, ...], queries: int,
+                     as_json: bool) -> None:
+    """Simulate WORKLOAD's measured profile on a SoC described by a device file.
+
+    Every task takes the middle of its SLO grid; tasks join in file order.
+    """
+    from sparseloom.cli.run import load_profiled
+    from sparseloom.core.registry import get_registry
+    from sparseloom.evaluation.devices import apply_device, load_device_file
+    from sparseloom.evaluation.harness import slo_configurations
+    from sparseloom.evaluation.simulator import SimConfig, simulate
+
+    device = load_device_file(device_file)
+    _, measured = load_profiled(workload, progress=sys.stderr.isatty() and not as_json)
+    profile = apply_device(measured, device)
+    slos = slo_configurations(profile)[12]
+    names = list(policies) or sorted(r.name for r in get_registry().policies())
+    order = tuple(profile.tasks) if len(profile.tasks) > 1 else ()
+    results = {name: simulate(profile, SimConfig(policy=name, slos=slos, queries=queries,
+                                                 arrival_order=order)).to_dict()
+               for name in names}
+    if as_json:
+        echo_json({"device": device.name, "processors": list(profile.processors),
+                   "results": results})
+        return
+    echo_table(["policy", "violation %", "throughput rps", "pipeline share", "decision ms"],
+               [[n, f"{100 * r['violation_rate']:.1f}", f"{r['throughput_rps']:.1f}",
+                 f"{r['pipeline_share']:.2f}", f"{1e3 * r['decision_seconds']:.2f}"]
+                for n, r in results.items()])
+
+
+COMMANDS = (evaluate_command, simulate_command)

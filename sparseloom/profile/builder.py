@@ -1,0 +1,374 @@
+"""Build a workload's :class:`~sparseloom.profile.table.ProfileTable` (SparseLoom §3.2).
+
+Per task, instead of V**S accuracy runs and V**S·P! latency runs:
+
+1. the zoo (built or loaded from the cache) gives S positions × V source variants;
+2. *fidelity*: every subgraph is fed the dense prefix's activations on calibration data and
+   its output compared with the dense subgraph's (S·V short passes);
+3. *latency*: every subgraph on every processor, interleaved rounds (T·S·V·P runs), and the
+   hand-off cost of every boundary for every processor pair (:mod:`sparseloom.profile.measure`);
+4. *accuracy samples*: the V originals plus N − V random stitched variants are measured
+   exactly with prefix sharing, an accuracy estimator chosen by name is trained on them and
+   predicts all V**S stitched variants.
+
+Each unit is cached as soon as it is measured (:class:`~sparseloom.profile.store.
+ProfileStore`), so an interrupted run resumes; observers hear of the finished table through
+``notify_profile_built``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from sparseloom import __version__
+from sparseloom.core.errors import ProfileError
+from sparseloom.core.registry import get_registry
+from sparseloom.core.types import Processor
+from sparseloom.profile.estimate import estimate_accuracy
+from sparseloom.profile.features import (
+    DEFAULT_FEATURE_SET,
+    FEATURE_SETS,
+    SubgraphFeatures,
+    default_sample_count,
+    relative_error,
+    sample_training_rows,
+)
+from sparseloom.profile.measure import (
+    BackendResolver,
+    ProfileFailure,
+    ProfilerConfig,
+    SubgraphJob,
+    default_backend_resolver,
+    measure_task,
+)
+from sparseloom.profile.store import ProfileStore
+from sparseloom.profile.table import ProfileTable, TaskProfile
+from sparseloom.zoo.tensors import dense_activations, take_batch
+
+#: Rows of calibration data used for the fidelity features.
+FIDELITY_ROWS = 64
+
+__all__ = ["ProfileOptions", "build_profile", "check_estimator", "estimate_accuracy",
+           "resolve_processors", "zoo_for"]
+
+
+def _optional_names(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(str(v) for v in values)
+
+
+@attrs.frozen
+class ProfileOptions:
+    """What to build and how.
+
+    Attributes:
+        accuracy_estimator: registered estimator name with the ``accuracy`` capability.
+        latency_estimator: registered estimator name with the ``latency`` capability.
+        samples: N, stitched variants measured exactly per task (``None``: the default of
+            :func:`~sparseloom.profile.features.default_sample_count`).
+        feature_set: ``extended`` (default) or ``paper``.
+        config: how latencies are measured.
+        subgraphs: S (``None``: one per processor).
+        seed: seed of the sampled stitched variants and of the estimators.
+        evaluation_processor: where accuracies and fidelities are measured.
+        variants: the zoo's variant names (``None``: the workload file's ``variants``, else
+            the default list), as ``zoo build --variants`` takes them.
+        compressor_options: keyword options per compressor (``None``: the workload file's
+            ``[compressors.<name>]`` tables).
+    """
+
+    accuracy_estimator: str = "xgboost"
+    latency_estimator: str = "additive"
+    samples: int | None = None
+    feature_set: str = attrs.field(default=DEFAULT_FEATURE_SET,
+                                   validator=attrs.validators.in_(FEATURE_SETS))
+    config: ProfilerConfig = attrs.field(factory=ProfilerConfig)
+    subgraphs: int | None = None
+    seed: int = 0
+    evaluation_processor: str = "ort:CPU"
+    variants: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
+    compressor_options: Mapping[str, Mapping[str, Any]] | None = attrs.field(
+        default=None, hash=False)
+
+    def for_workload(self, workload: Any) -> ProfileOptions:
+        """These options with the zoo settings the workload file gives where none are set."""
+        return attrs.evolve(
+            self,
+            variants=self.variants or tuple(getattr(workload, "variants", ()) or ()) or None,
+            compressor_options=(self.compressor_options if self.compressor_options is not None
+                                else dict(getattr(workload, "compressor_options", {}) or {})))
+
+
+def check_estimator(name: str, capability: str) -> None:
+    """Raise :class:`ProfileError` unless ``name`` is a registered ``capability`` estimator."""
+    registration = get_registry().get_estimator(name)  # UnknownNameError lists the known ones
+    if capability not in registration.capabilities:
+        usable = [r.name for r in get_registry().estimators(capability)]
+        raise ProfileError(
+            f"estimator {name!r} cannot estimate {capability} (its capabilities: "
+            f"{', '.join(registration.capabilities) or 'none'}); {capability} estimators: "
+            f"{', '.join(usable) or 'none'}"
+        )
+
+
+def resolve_processors(specs: Sequence[str | Processor] | None, workload: Any) -> list[Processor]:
+    """The processors to profile: ``specs``, else the workload's, else the default set."""
+    from sparseloom.core.processors import default_processors, get_processor
+
+    chosen = list(specs or getattr(workload, "processors", ()) or [])
+    processors = [get_processor(s) for s in chosen] if chosen else default_processors()
+    if not processors:
+        raise ProfileError("no processor is available to profile on; run `sparseloom devices`")
+    return processors
+
+
+def processor_key(processor: Processor) -> dict[str, Any]:
+    """What of a processor changes its measurements (part of the cache key)."""
+    from sparseloom.core.processors import format_processor_spec
+
+    return {"spec": format_processor_spec(processor), "device": processor.full_name}
+
+
+def zoo_for(task: Any, processors: Sequence[Processor], options: ProfileOptions,
+            progress: bool) -> Any:
+    """The task's zoo with S = ``options.subgraphs`` (default: one position per processor)."""
+    from sparseloom.zoo.build import build_zoo
+    from sparseloom.zoo.options import ZooOptions, default_subgraphs
+
+    zoo_options = ZooOptions(subgraphs=options.subgraphs or default_subgraphs(processors),
+                             variants=options.variants,
+                             compressor_options=options.compressor_options or {},
+                             evaluation_processor=options.evaluation_processor)
+    return build_zoo(task, zoo_options, progress=progress)
+
+
+def build_profile(
+    workload: Any,
+    *,
+    processors: Sequence[str | Processor] | None = None,
+    options: ProfileOptions | None = None,
+    use_cache: bool = True,
+    progress: bool = True,
+    resolve_backend: BackendResolver | None = None,
+    zoos: Mapping[str, Any] | None = None,
+    strict: bool = False,
+    cache_root: str | os.PathLike[str] | None = None,
+) -> ProfileTable:
+    """Measure and estimate the profile table of ``workload`` (a name, path or Workload).
+
+    :param processors: processor specs; default the workload's, else the default set.
+    :param use_cache: reuse cached partial results (results are always written).
+    :param resolve_backend: backend for a processor (tests inject failing doubles).
+    :param zoos: prebuilt zoos by task name (default: built or loaded from the cache).
+    :param strict: raise :class:`ProfileError` when any subgraph failed (the partial profile
+        is saved first); otherwise failures are listed in ``table.meta["failures"]``.
+    :param cache_root: where profiles are cached (default ``cache_dir()/profiles``).
+    """
+    from sparseloom.workload.load import load_workload
+
+    options = options or ProfileOptions()
+    check_estimator(options.accuracy_estimator, "accuracy")
+    check_estimator(options.latency_estimator, "latency")
+    if not isinstance(workload, str | os.PathLike):
+        loaded = workload
+    else:
+        loaded = load_workload(workload, progress=progress)
+    chosen = resolve_processors(processors, loaded)
+    options = options.for_workload(loaded)
+    resolve_backend = resolve_backend or default_backend_resolver
+    task_zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
+                 for t in loaded.tasks}
+    for name, zoo in task_zoos.items():
+        variants = len(zoo.variants)
+        if options.samples is not None and options.samples < variants:
+            raise ProfileError(
+                f"task {name!r}: {options.samples} samples is fewer than the zoo's {variants} "
+                f"original variants, which are always measured; ask for at least {variants} "
+                f"(the default is {default_sample_count(variants, zoo.positions)})"
+            )
+    key: dict[str, Any] = {
+        "sparseloom": __version__, "zoos": {n: z.hash for n, z in task_zoos.items()},
+        "processors": [processor_key(p) for p in chosen],
+        "profiler": options.config.cache_key(), "evaluation": options.evaluation_processor}
+    store = ProfileStore.for_key(loaded.name, key, enabled=use_cache, root=cache_root)
+    # Accuracies depend on the zoos and the evaluation processor only, not on how latencies
+    # are measured: they get their own store, shared by every latency configuration.
+    accuracy_store = ProfileStore.for_key(loaded.name, {
+        "sparseloom": __version__, "zoos": key["zoos"], "evaluation": key["evaluation"],
+        "kind": "accuracy"}, enabled=use_cache, root=cache_root)
+    table = ProfileTable(loaded.name, [p.name for p in chosen], meta={
+        "zoo_hashes": key["zoos"], "processor_config": key["processors"],
+        "profiler": key["profiler"], "cache_directory": str(store.directory),
+        "accuracy_cache_directory": str(accuracy_store.directory),
+        "estimators": {"accuracy": options.accuracy_estimator,
+                       "latency": options.latency_estimator,
+                       "feature_set": options.feature_set},
+        "timings": {}, "failures": [], "samples": {}, "cache_hits": {},
+    })
+    for task in loaded.tasks:
+        profile, timings, failures, hits = _profile_task(
+            task, task_zoos[task.name], chosen, options, (store, accuracy_store),
+            resolve_backend, progress)
+        table.tasks[task.name] = profile
+        table.meta["timings"][task.name] = timings
+        table.meta["failures"].extend(attrs.asdict(f) for f in failures)
+        table.meta["cache_hits"][task.name] = hits
+        table.meta["samples"][task.name] = int(np.count_nonzero(
+            ~np.isnan(profile.accuracy_measured)))
+    directory = store.table_directory(table.meta["estimators"] | {"seed": options.seed,
+                                                                 "samples": options.samples})
+    table.meta["table_directory"] = str(directory)
+    get_registry().notify_profile_built(loaded.name, table)  # observers see it before it is cached
+    table.save(directory)
+    if strict and table.meta["failures"]:
+        raise ProfileError(
+            f"{len(table.meta['failures'])} subgraph(s) failed to profile; first: "
+            f"{ProfileFailure(**table.meta['failures'][0]).describe()}. The rest of the "
+            f"profile is saved in {store.directory}; fix the processor and run again to "
+            f"measure only what failed"
+        )
+    return table
+
+
+def _profile_task(
+    task: Any, zoo: Any, processors: Sequence[Processor], options: ProfileOptions,
+    stores: tuple[ProfileStore, ProfileStore], resolve_backend: BackendResolver, progress: bool,
+) -> tuple[TaskProfile, dict[str, float], list[ProfileFailure], list[str]]:
+    store, accuracy_store = stores
+    variants = zoo.variants
+    s, v = zoo.positions, len(variants)
+    timings: dict[str, float] = {}
+    hits: list[str] = []
+    activations, fidelity = _fidelity(task, zoo, options, accuracy_store, timings, hits)
+    jobs = subgraph_jobs(zoo, activations)
+    measurement, failures = _measure(task, jobs, processors, options, store,
+                                     resolve_backend, progress, timings, hits)
+    handoff = np.nan_to_num(measurement["handoff_ms"], nan=0.0)
+    measured = _accuracy_samples(task, zoo, options, accuracy_store, timings, hits)
+    features = SubgraphFeatures(
+        source_accuracy=[measured[(i,) * s] for i in range(v)],
+        kinds=[info.kind for info in variants], levels=[info.level for info in variants],
+        n_positions=s, fidelity_error=fidelity, dense_variant=0)
+    started = time.perf_counter()
+    estimated = estimate_accuracy(features, measured, options)
+    timings["fit_predict"] = time.perf_counter() - started
+    accuracy_measured = np.full(v**s, np.nan)
+    for choices, value in measured.items():
+        accuracy_measured[np.ravel_multi_index(choices, (v,) * s)] = value
+    profile = TaskProfile(
+        task=task.name, metric=zoo.metric_name,
+        variant_names=[info.name for info in variants], variant_kinds=features.kinds,
+        variant_levels=features.levels, source_accuracy=features.source_accuracy,
+        latency_ms=measurement["latency_ms"], latency_spread_ms=measurement["spread_ms"],
+        latency_median_ms=measurement["median_ms"],
+        compile_ms=measurement["compile_ms"], load_ms=measurement["load_ms"],
+        memory_bytes=measurement["memory_bytes"],
+        handoff_ms=handoff, accuracy_estimated=estimated, accuracy_measured=accuracy_measured,
+        fidelity_error=fidelity)
+    return profile, timings, failures, hits
+
+
+def _first_row(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: np.ascontiguousarray(np.asarray(a)[:1]) for name, a in arrays.items()}
+
+
+def subgraph_jobs(zoo: Any, inputs: Sequence[Mapping[str, np.ndarray]]) -> list[SubgraphJob]:
+    """One batch-1 timing job per (position, variant), fed the dense prefix's activations."""
+    return [SubgraphJob(j, i, str(zoo.subgraph_path(j, i)), _first_row(inputs[j]))
+            for j in range(zoo.positions) for i in range(len(zoo.variants))]
+
+
+def _fidelity(
+    task: Any, zoo: Any, options: ProfileOptions, store: ProfileStore,
+    timings: dict[str, float], hits: list[str],
+) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    """Dense-prefix activations at every position and the (S, V) output fidelity errors."""
+    from sparseloom.zoo.evaluate import SubgraphRunner
+
+    name = f"fidelity-{task.name}"
+    cached = store.load(name)
+    s, v = zoo.positions, len(zoo.variants)
+    started = time.perf_counter()
+    error = np.zeros((s, v))
+    with SubgraphRunner(processor=options.evaluation_processor) as runner:
+        activations, dense = dense_activations(
+            zoo, take_batch(task.calibration_inputs, 0, FIDELITY_ROWS), runner.run)
+        if cached is not None:
+            hits.append(name)
+            timings["fidelity"] = float(cached[1]["seconds"])
+            return activations, cached[0]["fidelity_error"]
+        for j in range(s):
+            for i in range(1, v):
+                out = runner.run(zoo.subgraph_path(j, i), activations[j])
+                error[j, i] = float(np.mean([relative_error(out[k], dense[j][k])
+                                             for k in dense[j]]))
+    timings["fidelity"] = time.perf_counter() - started
+    store.save(name, {"fidelity_error": error}, {"seconds": timings["fidelity"]})
+    return activations, error
+
+
+def _measure(
+    task: Any, jobs: Sequence[SubgraphJob], processors: Sequence[Processor],
+    options: ProfileOptions, store: ProfileStore, resolve_backend: BackendResolver,
+    progress: bool, timings: dict[str, float], hits: list[str],
+) -> tuple[dict[str, np.ndarray], list[ProfileFailure]]:
+    """Subgraph latencies and hand-offs of one task (cached; re-measured if anything failed).
+
+    A hand-off pair that could not be measured adds nothing (0 ms) rather than poisoning
+    every estimate that crosses it.
+    """
+    from tqdm import tqdm
+
+    name = f"latency-{task.name}"
+    cached = store.load(name)
+    if cached is None or cached[1].get("failures"):
+        with tqdm(total=len(processors) * len(jobs) + options.config.repeats,
+                  desc=f"{task.name}: profiling subgraphs", unit="step",
+                  disable=not progress, leave=False) as bar:
+            started = time.perf_counter()
+            result = measure_task(task.name, jobs, processors, resolve_backend,
+                                  options.config, seed=options.seed, tick=bar.update)
+        meta: dict[str, Any] = {"seconds": time.perf_counter() - started,
+                                "failures": [attrs.asdict(f) for f in result.failures]}
+        store.save(name, result.to_arrays(), meta)
+        cached = (result.to_arrays(), meta)
+    else:
+        hits.append(name)
+    timings["latency"] = float(cached[1]["seconds"])
+    return cached[0], [ProfileFailure(**f) for f in cached[1].get("failures", [])]
+
+
+def _accuracy_samples(
+    task: Any, zoo: Any, options: ProfileOptions, store: ProfileStore,
+    timings: dict[str, float], hits: list[str],
+) -> dict[tuple[int, ...], float]:
+    """Exact metrics of the V originals and N − V sampled stitched variants (cached)."""
+    from sparseloom.zoo.evaluate import evaluate_stitched
+
+    s, v = zoo.positions, len(zoo.variants)
+    count = options.samples if options.samples is not None else default_sample_count(v, s)
+    rows = sample_training_rows(v, s, count, options.seed)
+    name = f"accuracy-{task.name}-n{rows.size}-seed{options.seed}"
+    cached = store.load(name)
+    if cached is None:
+        choices = [tuple(int(c) for c in row)
+                   for row in np.stack(np.unravel_index(rows, (v,) * s), axis=-1)]
+        report = evaluate_stitched(zoo, task, choices, processor=options.evaluation_processor)
+        values = np.array([report.metrics[c] for c in choices])
+        meta = {"seconds": report.seconds, "passes": report.passes}
+        store.save(name, {"rows": rows, "metrics": values}, meta)
+        cached = ({"rows": rows, "metrics": values}, meta)
+    else:
+        hits.append(name)
+    timings["accuracy_samples"] = float(cached[1]["seconds"])
+    timings["seconds_per_pass"] = float(cached[1]["seconds"]) / max(1, cached[1]["passes"])
+    grid = np.stack(np.unravel_index(cached[0]["rows"], (v,) * s), axis=-1)
+    return {tuple(int(c) for c in row): float(m)
+            for row, m in zip(grid, cached[0]["metrics"], strict=True)}
+
+

@@ -1,0 +1,361 @@
+"""The runtime: workers per processor, pipelined requests, retries, switches and the invariant.
+
+A request of task ``t`` walks its route: stage ``j`` runs on the worker of
+``route.processors[j]`` (or the processor a policy's ``dispatch`` picks), and when it finishes
+its boundary tensors go to the next stage's worker queue, so requests of different tasks and
+positions overlap on different processors. Every request ends exactly once, completed or failed
+with its reason (:meth:`Runtime._finish` is the only place that ends one), so at the end
+``submitted == completed + failed``.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import RuntimeServeError
+from sparseloom.core.registry import get_registry
+from sparseloom.core.types import Processor
+from sparseloom.runtime.control import ControlThread
+from sparseloom.runtime.faults import FaultInjector
+from sparseloom.runtime.models import ModelLoader, RuntimeTask, check_request_inputs
+from sparseloom.runtime.monitor import WINDOW, LatencyMonitor
+from sparseloom.runtime.records import SwitchEvent
+from sparseloom.runtime.request import Request, Route
+from sparseloom.runtime.worker import ProcessorWorker, StageHandler
+
+#: Consecutive failed stages after which a processor is marked down.
+DOWN_AFTER = 5
+
+
+@attrs.frozen
+class RuntimeOptions:
+    """Settings of a runtime.
+
+    Attributes:
+        window: requests in each task's monitor window.
+        down_after: consecutive failures that mark a processor down.
+        fault_rate: fraction of model calls failed on purpose (tests and demos; 0 = none).
+        fault_seed: seeds the injected faults.
+        fault_processors: only these processors get injected faults (all when empty).
+    """
+
+    window: int = attrs.field(default=WINDOW, validator=attrs.validators.ge(1))
+    down_after: int = attrs.field(default=DOWN_AFTER, validator=attrs.validators.ge(1))
+    fault_rate: float = attrs.field(default=0.0, converter=float)
+    fault_seed: int = 0
+    fault_processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.define(eq=False)
+class TaskState:
+    """The runtime's state of one task: its route, a pending switch, held requests."""
+
+    task: RuntimeTask
+    monitor: LatencyMonitor
+    route: Route | None = None
+    pending: Route | None = None
+    in_flight: int = 0
+    held: collections.deque[Request] = attrs.field(factory=collections.deque)
+
+
+class Runtime(StageHandler):
+    """Serves requests of several tasks on one worker per processor.
+
+    Build it, :meth:`start` it with a plan (:mod:`sparseloom.runtime.switching` turns plans
+    into routes and loads), :meth:`submit` requests, :meth:`drain`, then :meth:`stop`.
+    ``on_finish`` (set by a load generator) is called on the worker thread that ended a request.
+    """
+
+    def __init__(self, tasks: Sequence[RuntimeTask], processors: Sequence[Processor], *,
+                 profile: Any = None, policy: Any = None,
+                 planner: Callable[[tuple[str, ...], tuple[str, ...]], Any] | None = None,
+                 options: RuntimeOptions | None = None) -> None:
+        self.options = options or RuntimeOptions()
+        self.tasks = {task.name: task for task in tasks}
+        self.profile = profile
+        self.policy = policy
+        self.planner = planner
+        self.dispatcher = policy if callable(getattr(policy, "dispatch", None)) else None
+        faults = (FaultInjector(self.options.fault_rate, self.options.fault_seed,
+                                self.options.fault_processors)
+                  if self.options.fault_rate > 0 else None)
+        self.faults = faults
+        self.workers = {p.name: ProcessorWorker(p, self, faults=faults) for p in processors}
+        self.states = {name: TaskState(task, LatencyMonitor(name, task.slo.latency_ms,
+                                                            self.options.window))
+                       for name, task in self.tasks.items()}
+        self.loader = ModelLoader(self.tasks)
+        self.control = ControlThread()
+        self.slos = {name: task.slo for name, task in self.tasks.items()}
+        self.feedbacks: list[Any] = []
+        self.switches: list[SwitchEvent] = []
+        self.notes: list[str] = []
+        self.finished: list[Request] = []
+        self.plan: Any = None
+        self.plan_version = 0
+        self.submitted = self.completed = self.failed = 0
+        self.on_finish: Callable[[Request], None] | None = None
+        self.started_s = self.loader.started_s
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight: dict[int, Request] = {}
+        self._draining = False
+        self._stage_ms: dict[tuple[str, int, int, str], float] = {}
+        self._sample_checked: set[str] = set()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start_workers(self) -> None:
+        """Start every worker thread and the control thread."""
+        for worker in self.workers.values():
+            worker.start()
+        self.control.start()
+
+    def stop(self) -> None:
+        """Stop the control thread and the workers, then unload every model."""
+        self.control.stop()
+        for worker in self.workers.values():
+            worker.stop()
+        self.loader.unload_all(self.workers)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet ended."""
+        return self.submitted - self.completed - self.failed
+
+    def drain(self, timeout_s: float = 60.0) -> int:
+        """Wait until every submitted request ended; fail the rest explicitly after
+        ``timeout_s``. Returns how many were failed by the drain."""
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            self._draining = True
+            while self.in_flight and time.monotonic() < deadline:
+                self._idle.wait(min(0.2, max(deadline - time.monotonic(), 0.01)))
+            self._draining = False
+            leftovers = list(self._in_flight.values())
+            leftovers += [r for s in self.states.values() for r in s.held]
+        for request in leftovers:
+            self._fail(request, f"still in flight after the {timeout_s:g} s drain at stop")
+        return len(leftovers)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def submit(self, task: str, sample: int = -1, inputs: Mapping[str, Any] | None = None
+               ) -> Request:
+        """Submit one request of ``task``: eval-set row ``sample`` or your own ``inputs``.
+
+        Inputs from outside are checked against the task's first subgraph; eval rows once
+        per task. :raises RuntimeServeError: an unknown task, or neither inputs nor a sample.
+        """
+        served = self.tasks.get(task)
+        if served is None:
+            raise RuntimeServeError(f"task {task!r} is not served by this runtime; served: "
+                                    f"{', '.join(self.tasks)}")
+        if inputs is not None:
+            arrays = check_request_inputs(served, inputs)
+        elif sample >= 0:
+            eval_inputs = served.task.eval_inputs
+            arrays = {name: eval_inputs[name][sample:sample + 1] for name in eval_inputs}
+            if task not in self._sample_checked:
+                arrays = check_request_inputs(served, arrays)
+                self._sample_checked.add(task)
+        else:
+            raise RuntimeServeError("submit needs an eval-set sample index or inputs")
+        request = Request(next(self._ids), task, sample, arrays, time.perf_counter(),
+                          None, 0, arrays, [])
+        with self._lock:
+            self.submitted += 1
+            self._in_flight[request.request_id] = request
+            state = self.states[task]
+            if state.route is None or state.pending is not None:
+                state.held.append(request)
+                return request
+            request.route = state.route
+            state.in_flight += 1
+        self._enqueue(self._worker_for(request, None), request)
+        return request
+
+    def _worker_for(self, request: Request, previous: ProcessorWorker | None
+                    ) -> ProcessorWorker:
+        route = request.route
+        position = request.stage
+        worker = self.workers[route.processors[position]]
+        if self.dispatcher is None and not worker.down:
+            return worker
+        key = (request.task, position, route.variant.choices[position])
+        candidates = {name: w.pending_ms for name, w in self.workers.items()
+                      if not w.down and key in w.models}
+        if not candidates:
+            return worker
+        if self.dispatcher is None:
+            return self.workers[min(candidates, key=candidates.__getitem__)]
+        chosen = self.dispatcher.dispatch(request.task, position, key[2], candidates,
+                                          previous.name if previous is not None else None)
+        return self.workers.get(chosen, worker)
+
+    def _enqueue(self, worker: ProcessorWorker, request: Request) -> None:
+        if self.dispatcher is not None:
+            worker.add_pending(self._expected_ms(request, worker))
+        worker.put(request)
+
+    def _expected_ms(self, request: Request, worker: ProcessorWorker) -> float:
+        position = request.stage
+        key = (request.task, position, request.route.variant.choices[position], worker.name)
+        value = self._stage_ms.get(key)
+        if value is None:
+            value = 0.0
+            if self.profile is not None and worker.name in self.profile.processors:
+                index = list(self.profile.processors).index(worker.name)
+                value = float(self.profile.task(request.task).latency_ms[key[1], key[2], index])
+            self._stage_ms[key] = value
+        return value
+
+    def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
+        """Hand a request to its next stage's worker, or complete it (called by workers)."""
+        if self.dispatcher is not None:
+            request.stage -= 1
+            worker.add_pending(-self._expected_ms(request, worker))
+            request.stage += 1
+        if request.stage == request.route.positions:
+            self._complete(request)
+            return None
+        following = self._worker_for(request, worker)
+        if following is not worker and self.dispatcher is not None:
+            following.add_pending(self._expected_ms(request, following))
+        return following
+
+    def stage_failed(self, request: Request, worker: ProcessorWorker, error: BaseException
+                     ) -> None:
+        """Retry the failed stage once on another processor, else fail the request."""
+        get_registry().notify_backend_error(worker.processor, "infer", error)
+        if self.dispatcher is not None:
+            worker.add_pending(-self._expected_ms(request, worker))
+        if worker.consecutive_failures >= self.options.down_after and not worker.down:
+            self._mark_down(worker)
+        reason = f"{type(error).__name__}: {error}"
+        if request.retries >= 1:
+            self._fail(request, f"failed again after a retry: {reason}")
+            return
+        position = request.stage
+        key = (request.task, position, request.route.variant.choices[position])
+        others = [w for w in self.workers.values() if w is not worker and not w.down]
+        holding = [w for w in others if key in w.models]
+        request.retries += 1
+        if holding:
+            self._enqueue(min(holding, key=lambda w: w.pending_ms), request)
+        elif others:
+            self.control.submit(lambda: self._load_and_retry(request, key, others[0], reason))
+        else:
+            self._fail(request, f"{reason}; no other processor is up to retry it on")
+
+    def _load_and_retry(self, request: Request, key: tuple[str, int, int],
+                        worker: ProcessorWorker, reason: str) -> None:
+        try:
+            self.loader.load(key, worker, "retry")
+        except Exception as error:  # the request ends with both reasons
+            self._fail(request, f"{reason}; loading it on {worker.name} for a retry failed: "
+                                f"{error}")
+            return
+        self._enqueue(worker, request)
+
+    def _mark_down(self, worker: ProcessorWorker) -> None:
+        worker.down = True
+        self.notes.append(f"processor {worker.name} marked down after "
+                          f"{worker.consecutive_failures} consecutive failures")
+        from sparseloom.runtime.switching import replan_without_down
+
+        self.control.submit(lambda: replan_without_down(self))
+
+    # -- ending requests --------------------------------------------------------------------
+
+    def _complete(self, request: Request) -> None:
+        output = request.carried.get(self.tasks[request.task].output_name)
+        request.output = None if output is None else np.asarray(output)[0]
+        request.finished_s = time.perf_counter()
+        if self._finish(request, "completed"):
+            state = self.states[request.task]
+            latency_ms = request.latency_ms
+            slo_ms = state.monitor.slo_latency_ms
+            if latency_ms > slo_ms:
+                get_registry().notify_slo_violation(request.task, latency_ms, slo_ms)
+            if state.monitor.observe(latency_ms) and self.policy is not None:
+                from sparseloom.runtime.switching import give_feedback
+
+                self.control.submit(lambda: give_feedback(self))
+
+    def _fail(self, request: Request, reason: str) -> None:
+        request.finished_s = time.perf_counter()
+        request.reason = reason
+        self._finish(request, "failed")
+
+    def _finish(self, request: Request, status: str) -> bool:
+        """End ``request`` once (a second end is ignored); release held requests."""
+        released: list[Request] = []
+        with self._lock:
+            if request.status != "pending":
+                return False
+            request.status = status
+            del self._in_flight[request.request_id]
+            state = self.states[request.task]
+            if request.route is None:
+                state.held.remove(request)
+            else:
+                state.in_flight -= 1
+            if status == "completed":
+                self.completed += 1
+            else:
+                self.failed += 1
+            if state.pending is not None and state.in_flight == 0:
+                state.route, state.pending = state.pending, None
+                state.monitor.reset()
+                released = self._release_held(state)
+            self.finished.append(request)
+            if self._draining and not self.in_flight:
+                self._idle.notify_all()
+        request.carried = {}
+        request.inputs = {}
+        for held in released:
+            self._enqueue(self._worker_for(held, None), held)
+        if self.on_finish is not None:
+            self.on_finish(request)
+        return True
+
+    def _release_held(self, state: TaskState) -> list[Request]:
+        released = list(state.held)
+        state.held.clear()
+        for request in released:
+            request.route = state.route
+            state.in_flight += 1
+        return released
+
+    def set_route(self, task: str, route: Route, reason: str, loads: int = 0,
+                  load_ms: float = 0.0) -> None:
+        """Switch ``task`` to ``route``: at once when none of its requests is in flight, else
+        once they have ended (requests arriving meanwhile wait, in order)."""
+        released: list[Request] = []
+        with self._lock:
+            state = self.states[task]
+            before = state.route
+            if before is not None and before.same_path(route) and state.pending is None:
+                return
+            if before is not None:
+                self.switches.append(SwitchEvent(
+                    task, before.describe(), route.describe(), reason, loads, load_ms,
+                    time.perf_counter() - self.started_s))
+            if state.in_flight == 0:
+                state.route, state.pending = route, None
+                state.monitor.reset()
+                released = self._release_held(state)
+            else:
+                state.pending = route
+        for request in released:
+            self._enqueue(self._worker_for(request, None), request)

@@ -1,0 +1,245 @@
+"""Load generators: closed loop and Poisson arrivals, with tasks joining in a given order.
+
+- **closed** (the paper's run): each task keeps one request in flight and issues the next when
+  it returns, from the worker that completed it (no thread wake-up on a one-processor chain).
+- **poisson** (MLPerf's server scenario): each task's requests arrive at exponential intervals
+  of mean ``1 / rate``, whether or not earlier ones have returned.
+
+With an arrival order, the first task starts alone and task ``k+1`` joins once task ``k`` has
+completed ``join_after`` requests; the plan is made again at every join. Requests carry eval-set
+rows, drawn per task from a seeded permutation, so every response can be scored.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from sparseloom.core.errors import ConfigError
+from sparseloom.runtime import switching
+
+if TYPE_CHECKING:
+    from sparseloom.runtime.executor import Runtime
+    from sparseloom.runtime.request import Request
+
+LoadKind = Literal["closed", "poisson"]
+
+
+@attrs.frozen
+class LoadSpec:
+    """What load to offer.
+
+    Attributes:
+        kind: ``closed`` or ``poisson``.
+        queries: requests per task (``None``: until ``duration_s``).
+        rate: Poisson arrivals per second per task.
+        duration_s: stop issuing after this many seconds (``None``: after ``queries``).
+        arrival_order: tasks in the order they join (empty: all start at once).
+        join_after: completions of the last joined task before the next joins (default:
+            a tenth of ``queries``, at least 1).
+        seed: seeds the sample draws and the arrival times.
+    """
+
+    kind: LoadKind = attrs.field(default="closed",
+                                 validator=attrs.validators.in_(("closed", "poisson")))
+    queries: int | None = 100
+    rate: float | None = None
+    duration_s: float | None = None
+    arrival_order: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    join_after: int | None = None
+    seed: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.queries is None and self.duration_s is None:
+            raise ConfigError("a load needs --queries or --duration")
+        if self.kind == "poisson" and (self.rate is None or self.rate <= 0):
+            raise ConfigError("Poisson load needs a rate > 0 requests/s per task")
+
+    @property
+    def join_every(self) -> int:
+        """Completions of the last joined task before the next one joins."""
+        if self.join_after is not None:
+            return max(int(self.join_after), 1)
+        return max((self.queries or 100) // 10, 1)
+
+
+@attrs.frozen
+class LoadResult:
+    """How the offered load went: wall time and whether it was cut short."""
+
+    started_s: float
+    ended_s: float
+    interrupted: bool
+    drained_failures: int
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds from the first request to the last end."""
+        return self.ended_s - self.started_s
+
+
+@attrs.define(eq=False)
+class _Driver:
+    runtime: Runtime
+    spec: LoadSpec
+    tasks: tuple[str, ...]
+    issued: dict[str, int] = attrs.field(init=False)
+    ended: dict[str, int] = attrs.field(init=False)
+    samples: dict[str, list[int]] = attrs.field(init=False)
+    joined: list[str] = attrs.field(factory=list)
+    stop: threading.Event = attrs.field(factory=threading.Event)
+    started_s: float = 0.0
+    _lock: threading.RLock = attrs.field(factory=threading.RLock)
+
+    def __attrs_post_init__(self) -> None:
+        self.issued = dict.fromkeys(self.tasks, 0)
+        self.ended = dict.fromkeys(self.tasks, 0)
+        rng = random.Random(self.spec.seed)
+        self.samples = {}
+        for name in self.tasks:
+            rows = list(range(self.runtime.tasks[name].task.num_eval))
+            rng.shuffle(rows)
+            self.samples[name] = rows
+
+    def may_issue(self, task: str) -> bool:
+        if self.stop.is_set():
+            return False
+        if self.spec.queries is not None and self.issued[task] >= self.spec.queries:
+            return False
+        return self.spec.duration_s is None or (
+            time.perf_counter() - self.started_s < self.spec.duration_s)
+
+    def issue(self, task: str) -> None:
+        with self._lock:
+            if not self.may_issue(task):
+                return
+            count = self.issued[task]
+            self.issued[task] = count + 1
+        rows = self.samples[task]
+        self.runtime.submit(task, rows[count % len(rows)])
+
+    def on_finish(self, request: Request) -> None:
+        task = request.task
+        with self._lock:
+            self.ended[task] += 1
+            ended = self.ended[task]
+        if self.spec.kind == "closed":
+            self.issue(task)
+        if self.joined and task == self.joined[-1] and ended == self.spec.join_every:
+            self.join_next()
+
+    def join_next(self) -> None:
+        with self._lock:
+            waiting = [t for t in self.tasks if t not in self.joined]
+            if not waiting or self.stop.is_set():
+                return
+            task = waiting[0]
+            self.joined.append(task)
+        self.runtime.control.submit(lambda: switching.join(self.runtime, task))
+        if self.spec.kind == "closed":
+            self.issue(task)
+
+    def finished(self) -> bool:
+        if self.runtime.in_flight:
+            return False
+        if self.stop.is_set():
+            return True
+        return all(not self.may_issue(t) for t in self.tasks) or (
+            len(self.joined) < len(self.tasks) and not any(self.may_issue(t) for t in self.joined)
+            and self.spec.kind == "closed")
+
+
+def offer(runtime: Runtime, spec: LoadSpec, *, progress: bool = False,
+          drain_timeout_s: float = 60.0) -> LoadResult:
+    """Offer ``spec``'s load to a started runtime until it is served; Ctrl-C drains.
+
+    The runtime must have been started with the first task of ``spec.arrival_order`` active
+    (or all tasks, without an order).
+    """
+    tasks = spec.arrival_order or tuple(runtime.tasks)
+    driver = _Driver(runtime, spec, tuple(tasks))
+    runtime.on_finish = driver.on_finish
+    driver.started_s = time.perf_counter()
+    first = list(tasks[:1]) if spec.arrival_order else list(tasks)
+    driver.joined.extend(first)
+    interrupted = False
+    bar = _progress_bar(progress, spec, len(tasks))
+    try:
+        if spec.kind == "closed":
+            for task in first:
+                driver.issue(task)
+            _wait(driver, bar)
+        else:
+            _poisson(driver, bar)
+            _wait(driver, bar)
+    except KeyboardInterrupt:
+        interrupted = True
+        driver.stop.set()
+    finally:
+        if bar is not None:
+            bar.close()
+    drained = runtime.drain(drain_timeout_s)
+    runtime.control.wait_idle(drain_timeout_s)
+    runtime.on_finish = None
+    ended = max((r.finished_s for r in runtime.finished), default=time.perf_counter())
+    return LoadResult(driver.started_s, ended, interrupted, drained)
+
+
+def _wait(driver: _Driver, bar: Any) -> None:
+    while not driver.finished():
+        time.sleep(0.02)
+        _tick(driver, bar)
+        if (driver.spec.kind == "closed" and driver.spec.arrival_order
+                and len(driver.joined) < len(driver.tasks) and driver.runtime.in_flight == 0):
+            driver.join_next()
+    _tick(driver, bar)
+
+
+def _poisson(driver: _Driver, bar: Any) -> None:
+    rng = random.Random(driver.spec.seed + 1)
+    rate = float(driver.spec.rate or 1.0)
+    arrivals: list[tuple[float, str]] = []
+    scheduled: set[str] = set()
+    while True:
+        for task in driver.joined:
+            if task not in scheduled:
+                scheduled.add(task)
+                heapq.heappush(arrivals, (time.perf_counter() + rng.expovariate(rate), task))
+        if not arrivals:
+            if len(scheduled) == len(driver.tasks) or driver.stop.is_set():
+                return
+            if not driver.runtime.in_flight and len(driver.joined) < len(driver.tasks):
+                driver.join_next()
+            time.sleep(0.005)
+            continue
+        due, task = heapq.heappop(arrivals)
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        if not driver.may_issue(task):
+            continue
+        driver.issue(task)
+        heapq.heappush(arrivals, (due + rng.expovariate(rate), task))
+        _tick(driver, bar)
+
+
+def _progress_bar(enabled: bool, spec: LoadSpec, tasks: int) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    total = spec.queries * tasks if spec.queries is not None else None
+    # delay: runs shorter than a few seconds print no bar at all.
+    return tqdm(total=total, unit="req", desc="serving", delay=3.0, leave=False)
+
+
+def _tick(driver: _Driver, bar: Any) -> None:
+    if bar is not None:
+        done = sum(driver.ended.values())
+        bar.update(done - bar.n)
+

@@ -1,0 +1,167 @@
+"""Loading subgraphs onto processors for the runtime, timed, with inputs checked once.
+
+Every subgraph a worker runs is compiled (cached on disk) and loaded here; the load checks its
+inputs against the zoo's boundary once, so the hot path never checks them again. Inputs that
+come from outside (:meth:`~sparseloom.runtime.executor.Runtime.submit` with your own arrays)
+are checked per request by :func:`check_request_inputs`; eval-set rows once per task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import BackendError
+from sparseloom.core.processors import get_backend
+from sparseloom.core.types import SLO
+from sparseloom.runtime.records import LoadEvent
+from sparseloom.runtime.worker import ModelKey, ProcessorWorker, ResidentModel
+
+if TYPE_CHECKING:
+    from sparseloom.workload.task import Task
+    from sparseloom.zoo.types import Zoo
+
+
+@attrs.frozen(eq=False)
+class RuntimeTask:
+    """A task as the runtime serves it: its data, its zoo and its SLO.
+
+    Attributes:
+        task: the workload task (eval inputs, labels, metric).
+        zoo: the zoo its subgraphs come from (the one the profile measured).
+        slo: the SLO it is served under.
+    """
+
+    task: Task
+    zoo: Zoo
+    slo: SLO
+
+    @property
+    def name(self) -> str:
+        """The task name."""
+        return self.task.name
+
+    @functools.cached_property
+    def output_name(self) -> str:
+        """The scored output: the task's first output if the last position produces it."""
+        names = self.zoo.boundary(self.zoo.positions - 1).output_names
+        first = self.task.output_names[0] if self.task.output_names else None
+        return first if first in names else names[0]
+
+
+def _spec_dtype(spec: Mapping[str, Any]) -> str:
+    return str(spec.get("dtype", "?"))
+
+
+def check_request_inputs(task: RuntimeTask, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Check one request's inputs (batch 1) against position 0 of the task's zoo.
+
+    :raises BackendError: naming the input, what was expected and what came.
+    """
+    boundary = task.zoo.boundary(0)
+    where = f"a request of task {task.name!r}"
+    expected = {spec["name"]: spec for spec in boundary.inputs}
+    missing = [name for name in expected if name not in inputs]
+    if missing:
+        raise BackendError(f"{where} lacks input(s) {', '.join(map(repr, missing))}; the "
+                           f"task's inputs are {', '.join(map(repr, expected))}")
+    arrays: dict[str, np.ndarray] = {}
+    for name, spec in expected.items():
+        array = np.ascontiguousarray(inputs[name])
+        dtype = _spec_dtype(spec)
+        if dtype not in ("?", array.dtype.name):
+            raise BackendError(f"{where}: input {name!r} has dtype {array.dtype.name}, "
+                               f"expected {dtype}; convert it with .astype(np.{dtype})")
+        shape = list(spec.get("shape") or [])
+        wrong = len(shape) != array.ndim or any(
+            isinstance(want, int) and want != got for want, got in zip(shape, array.shape,
+                                                                       strict=False))
+        if shape and (wrong or array.shape[0] != 1):
+            raise BackendError(f"{where}: input {name!r} has shape {list(array.shape)}, "
+                               f"expected {shape} with a batch of 1")
+        arrays[name] = array
+    return arrays
+
+
+@attrs.define(eq=False)
+class ModelLoader:
+    """Compiles and loads subgraphs onto workers and keeps the record of every load.
+
+    Attributes:
+        tasks: the served tasks by name (their zoos give the subgraph files).
+        started_s: ``time.perf_counter()`` at the start of the run (events are relative to it).
+        events: every load so far.
+    """
+
+    tasks: Mapping[str, RuntimeTask]
+    started_s: float = attrs.field(factory=time.perf_counter)
+    events: list[LoadEvent] = attrs.field(factory=list)
+
+    def load(self, key: ModelKey, worker: ProcessorWorker, reason: str) -> LoadEvent | None:
+        """Load subgraph ``key`` on ``worker`` unless it is resident there; return the event.
+
+        :raises BackendError: compiling or loading failed, or its inputs do not match the zoo.
+        """
+        if key in worker.models:
+            return None
+        task_name, position, variant = key
+        task = self.tasks[task_name]
+        path = task.zoo.subgraph_path(position, variant)
+        processor = worker.processor
+        backend = get_backend(processor.backend)
+        started = time.perf_counter()
+        compiled = backend.compile(str(path), processor)
+        compiled_at = time.perf_counter()
+        loaded = backend.load(compiled, processor)
+        done = time.perf_counter()
+        boundary = set(task.zoo.boundary(position).input_names)
+        unknown = [name for name in loaded.input_names if name not in boundary]
+        if unknown:
+            backend.unload(loaded)
+            raise BackendError(
+                f"subgraph {position} (variant {variant}) of task {task_name!r} reads "
+                f"{', '.join(map(repr, unknown))}, which the zoo's boundary does not carry "
+                f"({', '.join(sorted(boundary))}); rebuild the zoo")
+        runner = getattr(loaded, "runner", None)
+        if not callable(runner):
+            runner = functools.partial(backend.infer, loaded)
+        worker.models[key] = ResidentModel(key, processor, backend, loaded, runner,
+                                           tuple(loaded.input_names),
+                                           int(getattr(loaded, "memory_bytes", 0)))
+        event = LoadEvent(task_name, position, variant, processor.name, reason,
+                          (compiled_at - started) * 1e3, (done - compiled_at) * 1e3,
+                          int(getattr(loaded, "memory_bytes", 0)), done - self.started_s)
+        self.events.append(event)
+        return event
+
+    def unload_all(self, workers: Mapping[str, ProcessorWorker]) -> None:
+        """Unload every resident model (errors are ignored: the run is over)."""
+        for worker in workers.values():
+            for model in list(worker.models.values()):
+                # Unloading at the end must not hide the summary.
+                with contextlib.suppress(Exception):
+                    model.backend.unload(model.loaded)
+            worker.models.clear()
+
+
+def resident_bytes(workers: Mapping[str, ProcessorWorker]) -> int:
+    """Summed backend-measured memory of every resident model."""
+    return sum(m.memory_bytes for w in workers.values() for m in w.models.values())
+
+
+def rss_bytes() -> int:
+    """This process's resident set size (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            pages = int(handle.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE")

@@ -1,0 +1,79 @@
+"""Per-task SLO monitor: a window of recent request latencies and its verdict.
+
+The monitor keeps the last :data:`WINDOW` end-to-end latencies of a task (20 requests by
+default) and judges them by their nearest-rank p90 (:data:`STATISTIC`), the same statistic
+the run summary judges a task by. A verdict is given once per *fresh* window: after a switch
+or a verdict the window starts over, so the policy never reacts twice to the same requests and
+a new variant is judged on its own requests only.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+
+import attrs
+
+from sparseloom.core.types import Feedback, Plan
+from sparseloom.runtime.records import percentile
+
+#: Requests in a task's monitor window.
+WINDOW = 20
+#: The percentile a window (and the summary) judges latency by.
+STATISTIC = 90
+
+
+@attrs.define(eq=False)
+class LatencyMonitor:
+    """The recent latencies of one task against its latency SLO.
+
+    Attributes:
+        task: the task name.
+        slo_latency_ms: its latency SLO.
+        window: how many recent requests the verdict looks at.
+        statistic: the percentile of the window compared with the SLO.
+    """
+
+    task: str
+    slo_latency_ms: float
+    window: int = WINDOW
+    statistic: int = STATISTIC
+    _recent: collections.deque[float] = attrs.field(init=False)
+    _fresh: int = attrs.field(default=0, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"a monitor window needs at least 1 request, got {self.window}")
+        self._recent = collections.deque(maxlen=self.window)
+
+    def observe(self, latency_ms: float) -> bool:
+        """Add one request's latency; return whether a fresh window is complete."""
+        self._recent.append(latency_ms)
+        self._fresh += 1
+        if self._fresh >= self.window:
+            self._fresh = 0
+            return True
+        return False
+
+    def value_ms(self) -> float:
+        """The window's statistic (NaN before the first request)."""
+        return percentile(list(self._recent), self.statistic)
+
+    def violated(self) -> bool:
+        """Whether the window's statistic exceeds the latency SLO."""
+        value = self.value_ms()
+        return value == value and value > self.slo_latency_ms
+
+    def reset(self) -> None:
+        """Forget the window (after a switch the new route is judged on its own requests)."""
+        self._recent.clear()
+        self._fresh = 0
+
+
+def make_feedback(plan: Plan, monitors: Mapping[str, LatencyMonitor],
+                  down_processors: tuple[str, ...]) -> Feedback:
+    """The feedback record for ``on_feedback``: window statistic and verdict per task."""
+    return Feedback(plan=plan,
+                    latency_ms={t: m.value_ms() for t, m in monitors.items()},
+                    violated={t: m.violated() for t, m in monitors.items()},
+                    down_processors=tuple(down_processors))

@@ -1,0 +1,102 @@
+"""A request in flight, and the route its stitched variant takes through the processors.
+
+A :class:`Route` is a value: the stitched variant of one task and the processor of each of its
+positions. A :class:`Request` is the stateful thing that walks it: the boundary tensors it
+carries from one processor's queue to the next, where it is, and how it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sparseloom.core.types import StitchedVariant
+
+
+def _str_tuple(values: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in values)
+
+
+@attrs.frozen
+class Route:
+    """A stitched variant and the processor of each position (the plan's route for a task).
+
+    Attributes:
+        variant: the stitched variant.
+        processors: one processor name per position.
+        version: the plan version it came from (0 = the first plan, +1 per switch).
+    """
+
+    variant: StitchedVariant
+    processors: tuple[str, ...] = attrs.field(converter=_str_tuple)
+    version: int = 0
+
+    @processors.validator
+    def _check(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+        if len(value) != len(self.variant.choices):
+            raise ValueError(
+                f"route of {self.variant}: {len(value)} processor(s) for "
+                f"{len(self.variant.choices)} positions; give one processor per position")
+
+    @property
+    def task(self) -> str:
+        """The task name."""
+        return self.variant.task
+
+    @property
+    def positions(self) -> int:
+        """S, the number of stages."""
+        return len(self.processors)
+
+    def describe(self) -> str:
+        """``tiny[0,3] @ ov:CPU>ort:CPU``."""
+        return f"{self.variant} @ {'>'.join(self.processors)}"
+
+    def same_path(self, other: Route) -> bool:
+        """Whether ``other`` runs the same subgraphs on the same processors."""
+        return self.variant == other.variant and self.processors == other.processors
+
+
+@attrs.define(eq=False)
+class Request:
+    """One request of one task, batch size 1, walking its route stage by stage.
+
+    Attributes:
+        request_id: unique in the run, in submission order.
+        task: the task name.
+        sample: the eval-set row it carries (-1 for inputs from outside).
+        inputs: the first stage's inputs by name.
+        submitted_s: ``time.perf_counter()`` at submission.
+        route: the route it takes (fixed at admission, so a switch never changes it midway).
+        stage: the position it runs next (``route.positions`` once done).
+        carried: the boundary tensors the next stage reads.
+        ran_on: the processor that ran each finished position (dispatch or retry may differ
+            from the route's).
+        retries: stages retried on another processor.
+        output: the last stage's scored output (one row), once completed.
+        finished_s: ``time.perf_counter()`` when it completed or failed.
+        status: ``pending``, ``completed`` or ``failed``.
+        reason: why it failed.
+    """
+
+    request_id: int
+    task: str
+    sample: int
+    inputs: Mapping[str, Any]
+    submitted_s: float
+    route: Route | None = None
+    stage: int = 0
+    carried: Mapping[str, Any] = attrs.field(factory=dict)
+    ran_on: list[str] = attrs.field(factory=list)
+    retries: int = 0
+    output: Any = None
+    finished_s: float = 0.0
+    status: str = "pending"
+    reason: str = ""
+
+    @property
+    def latency_ms(self) -> float:
+        """End-to-end latency, once finished."""
+        return (self.finished_s - self.submitted_s) * 1e3

@@ -1,0 +1,217 @@
+"""The run summary, in the spirit of MLPerf LoadGen's: settings, per-task results, verdicts.
+
+A task *violates* its SLO when its measured accuracy is below the accuracy SLO or its p90
+latency (:data:`~sparseloom.runtime.monitor.STATISTIC`) is above the latency SLO; the run's
+violation rate is the fraction of tasks that violate (the paper's definition). The run is
+VALID when every request ended exactly once (submitted = completed + failed), every task
+completed at least :data:`MIN_REQUESTS` requests (a p99 needs 100 samples) and it was not
+interrupted.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sparseloom.runtime.monitor import STATISTIC
+from sparseloom.runtime.records import LatencyStats, RequestRecord, latency_stats
+
+if TYPE_CHECKING:
+    from sparseloom.runtime.executor import Runtime
+    from sparseloom.runtime.load import LoadResult, LoadSpec
+    from sparseloom.runtime.request import Request
+
+#: Completed requests per task below which the run is INVALID (p99 needs 100 samples).
+MIN_REQUESTS = 100
+
+
+@attrs.frozen
+class TaskResult:
+    """One task's results in a run."""
+
+    task: str
+    slo_accuracy: float
+    slo_latency_ms: float
+    variant: str
+    served: dict[str, int]
+    metric: str
+    accuracy_measured: float
+    accuracy_profile: float
+    latency: LatencyStats
+    throughput_rps: float
+    submitted: int
+    completed: int
+    failed: int
+    violated: str
+
+    @property
+    def met(self) -> bool:
+        """Whether it met both SLOs."""
+        return not self.violated
+
+
+@attrs.frozen
+class RunSummary:
+    """A run's summary (``attrs.asdict`` gives its JSON)."""
+
+    scenario: str
+    settings: dict[str, Any]
+    tasks: tuple[TaskResult, ...]
+    violation_rate: float
+    latency_statistic: str
+    wall_s: float
+    throughput_rps: float
+    pipeline_bound_rps: float
+    pipeline_share: float
+    busiest_processor: str
+    utilisation: dict[str, float]
+    switches: int
+    switch_loads: int
+    switch_load_ms: float
+    preload_ms: float
+    memory: dict[str, float]
+    submitted: int
+    completed: int
+    failed: int
+    injected_faults: int
+    processors_down: tuple[str, ...]
+    valid: bool
+    reasons: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def records(runtime: Runtime) -> list[RequestRecord]:
+    """Per-request records of every ended request, in submission order."""
+    out = []
+    for request in sorted(runtime.finished, key=lambda r: r.request_id):
+        out.append(_record(runtime, request))
+    return out
+
+
+def _record(runtime: Runtime, request: Request) -> RequestRecord:
+    route = request.route
+    correct = None
+    task = runtime.tasks[request.task].task
+    if request.output is not None and request.sample >= 0 and np.ndim(request.output) == 1 \
+            and task.labels.ndim == 1:
+        correct = bool(int(np.argmax(request.output)) == int(task.labels[request.sample]))
+    return RequestRecord(
+        request.request_id, request.task, request.sample, request.status,
+        request.submitted_s - runtime.started_s, request.finished_s - runtime.started_s,
+        request.latency_ms, ",".join(map(str, route.variant.choices)) if route else "",
+        ">".join(request.ran_on), route.version if route else -1, request.retries, correct,
+        request.reason)
+
+
+def measured_accuracy(runtime: Runtime, task: str) -> float:
+    """The task metric over every completed request's output against its label."""
+    from sparseloom.workload.metrics import get_metric
+
+    served = runtime.tasks[task].task
+    done = sorted((r for r in runtime.finished if r.task == task and r.status == "completed"
+                   and r.output is not None and r.sample >= 0), key=lambda r: r.request_id)
+    if not done:
+        return math.nan
+    outputs = np.stack([r.output for r in done])
+    labels = served.labels[[r.sample for r in done]]
+    return float(get_metric(served.metric)(outputs, labels))
+
+
+def _profile_accuracy(runtime: Runtime, task: str, choices: tuple[int, ...]) -> float:
+    if runtime.profile is None or task not in runtime.profile.tasks:
+        return math.nan
+    return float(runtime.profile.task(task).accuracy(list(choices)))
+
+
+def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
+    """Requests/s bound: T / (busiest processor's summed stage time per round), and it."""
+    if runtime.profile is None:
+        return math.nan, ""
+    processors = list(runtime.profile.processors)
+    load = dict.fromkeys(runtime.workers, 0.0)
+    tasks = 0
+    for name, state in runtime.states.items():
+        route = state.route
+        if route is None or name not in runtime.profile.tasks:
+            continue
+        tasks += 1
+        latency = runtime.profile.task(name).latency_ms
+        for position, (variant, processor) in enumerate(zip(route.variant.choices,
+                                                            route.processors, strict=True)):
+            if processor in processors:
+                load[processor] += float(latency[position, variant, processors.index(processor)])
+    busiest = max(load, key=load.__getitem__)
+    if not tasks or load[busiest] <= 0:
+        return math.nan, busiest
+    return tasks * 1e3 / load[busiest], busiest
+
+
+def _task_result(runtime: Runtime, name: str, wall_s: float) -> TaskResult:
+    state = runtime.states[name]
+    mine = [r for r in runtime.finished if r.task == name]
+    done = [r for r in mine if r.status == "completed"]
+    served: dict[str, int] = {}
+    for request in done:
+        key = request.route.describe()
+        served[key] = served.get(key, 0) + 1
+    route = state.route
+    variant = route.describe() if route else "-"
+    counts = collections.Counter(r.route.variant.choices for r in done)
+    choices = counts.most_common(1)[0][0] if counts else ()
+    stats = latency_stats([r.latency_ms for r in done])
+    slo = runtime.slos[name]
+    accuracy = measured_accuracy(runtime, name)
+    sides = []
+    if not accuracy >= slo.accuracy:
+        sides.append("accuracy")
+    if not stats.percentile(STATISTIC) <= slo.latency_ms:
+        sides.append("latency")
+    return TaskResult(
+        name, slo.accuracy, slo.latency_ms, variant, served, runtime.tasks[name].task.metric,
+        accuracy, _profile_accuracy(runtime, name, choices) if choices else math.nan, stats,
+        len(done) / wall_s if wall_s > 0 else math.nan,
+        len(mine), len(done), len(mine) - len(done), "+".join(sides))
+
+
+def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
+              settings: dict[str, Any], memory: dict[str, float]) -> RunSummary:
+    """Build the run's summary from a drained runtime."""
+    wall_s = max(load.wall_s, 1e-9)
+    tasks = tuple(_task_result(runtime, name, wall_s) for name, state in runtime.states.items()
+                  if state.route is not None or any(r.task == name for r in runtime.finished))
+    bound, busiest = _pipeline_bound(runtime)
+    throughput = runtime.completed / wall_s
+    ids = [r.request_id for r in runtime.finished]
+    reasons = []
+    if runtime.submitted != runtime.completed + runtime.failed or len(set(ids)) != len(ids):
+        reasons.append(f"requests lost or duplicated: submitted {runtime.submitted}, completed "
+                       f"{runtime.completed}, failed {runtime.failed}, ended {len(ids)}")
+    short = [t.task for t in tasks if t.completed < MIN_REQUESTS]
+    if short:
+        reasons.append(f"too few requests for a p99: {', '.join(short)} completed fewer than "
+                       f"{MIN_REQUESTS} (use --queries {MIN_REQUESTS} or more)")
+    if load.interrupted:
+        reasons.append("interrupted (Ctrl-C): the load was cut short")
+    switch_events = [e for e in runtime.loader.events if e.reason != "preload"]
+    violated = sum(1 for t in tasks if t.violated)
+    return RunSummary(
+        scenario=spec.kind, settings=settings, tasks=tasks,
+        violation_rate=violated / len(tasks) if tasks else math.nan,
+        latency_statistic=f"p{STATISTIC}", wall_s=wall_s, throughput_rps=throughput,
+        pipeline_bound_rps=bound,
+        pipeline_share=throughput / bound if bound == bound and bound > 0 else math.nan,
+        busiest_processor=busiest,
+        utilisation={n: w.busy_s / wall_s for n, w in runtime.workers.items()},
+        switches=len(runtime.switches), switch_loads=len(switch_events),
+        switch_load_ms=sum(e.total_ms for e in switch_events),
+        preload_ms=sum(e.total_ms for e in runtime.loader.events if e.reason == "preload"),
+        memory=memory, submitted=runtime.submitted, completed=runtime.completed,
+        failed=runtime.failed,
+        injected_faults=runtime.faults.injected if runtime.faults is not None else 0,
+        processors_down=tuple(n for n, w in runtime.workers.items() if w.down),
+        valid=not reasons, reasons=tuple(reasons),
+        notes=tuple(runtime.notes) + tuple(runtime.control.errors))

@@ -1,0 +1,202 @@
+"""Plans become routes: the preload at start, switches on feedback, joins and re-plans.
+
+A switch is real: a route whose subgraphs are resident is used at once; a subgraph that is not
+is compiled and loaded first (on the control thread, while the workers keep serving), and its
+cost is timed, counted and reported. The task's in-flight requests finish on the old route;
+requests that arrive meanwhile wait and then take the new one, in order
+(:meth:`Runtime.set_route`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sparseloom.core.errors import RuntimeServeError, SparseloomError
+from sparseloom.core.types import SLO
+from sparseloom.runtime.monitor import make_feedback
+from sparseloom.runtime.records import LoadEvent
+from sparseloom.runtime.request import Route
+
+if TYPE_CHECKING:
+    from sparseloom.runtime.executor import Runtime
+
+
+def plan_processors(plan: Any, task: str) -> tuple[str, ...]:
+    """The processor of each position of ``task`` in ``plan`` (per-task assignment when the
+    plan has one, else the global order)."""
+    processors_of = getattr(plan, "processors_of", None)
+    if callable(processors_of):
+        return tuple(processors_of(task))
+    return tuple(plan.order)
+
+
+def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Route]:
+    """The route of every served task that ``plan`` places.
+
+    :raises RuntimeServeError: the plan names a processor the runtime does not have.
+    """
+    routes: dict[str, Route] = {}
+    for task, variant in plan.variants.items():
+        if task not in runtime.tasks:
+            continue
+        processors = plan_processors(plan, task)
+        missing = [p for p in processors if p not in runtime.workers]
+        if missing:
+            raise RuntimeServeError(
+                f"the plan places task {task!r} on {', '.join(missing)}, which this run does "
+                f"not have (processors: {', '.join(runtime.workers)}); make the plan again "
+                f"for these processors")
+        routes[task] = Route(variant, processors, version)
+    return routes
+
+
+def route_keys(runtime: Runtime, route: Route) -> list[tuple[tuple[str, int, int], str]]:
+    """(subgraph, processor) pairs a route needs loaded: its own placement, and with a
+    dispatching policy every processor that is up (it may send the subgraph anywhere)."""
+    pairs = []
+    for position, (variant, processor) in enumerate(zip(route.variant.choices,
+                                                        route.processors, strict=True)):
+        key = (route.task, position, variant)
+        targets = [processor]
+        if runtime.dispatcher is not None:
+            targets += [n for n, w in runtime.workers.items() if not w.down and n != processor]
+        pairs += [(key, target) for target in targets]
+    return pairs
+
+
+def load_pairs(runtime: Runtime, pairs: Iterable[tuple[tuple[str, int, int], str]],
+               reason: str) -> list[LoadEvent]:
+    """Load every (subgraph, processor) pair that is not resident; return the loads made."""
+    events = []
+    for key, processor in pairs:
+        event = runtime.loader.load(key, runtime.workers[processor], reason)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
+          preload: Any = None) -> list[LoadEvent]:
+    """Load the resident set (the preloader's, plus every route of ``plan``), start the
+    workers and open the ``active`` tasks (all the plan places when ``None``)."""
+    routes = routes_from_plan(runtime, plan, 0)
+    pairs = []
+    for item in getattr(preload, "resident", ()) or ():
+        if item.task in runtime.tasks and item.processor in runtime.workers:
+            pairs.append(((item.task, int(item.position), int(item.variant)), item.processor))
+    for route in routes.values():
+        pairs += route_keys(runtime, route)
+    events = load_pairs(runtime, dict.fromkeys(pairs), "preload")
+    runtime.plan = plan
+    runtime.start_workers()
+    for task in routes if active is None else active:
+        if task not in routes:
+            raise RuntimeServeError(f"the plan does not place task {task!r}; it places "
+                                    f"{', '.join(routes) or 'no task'}")
+        runtime.set_route(task, routes[task], "plan")
+    return events
+
+
+def apply_plan(runtime: Runtime, plan: Any, reason: str,
+               tasks: Iterable[str] | None = None) -> None:
+    """Move the (active, or named) tasks to ``plan``'s routes, loading what is missing."""
+    runtime.plan_version += 1
+    routes = routes_from_plan(runtime, plan, runtime.plan_version)
+    wanted = set(routes) if tasks is None else set(tasks)
+    for task, route in routes.items():
+        state = runtime.states[task]
+        if task not in wanted or (state.route is None and tasks is None):
+            continue
+        if state.route is not None and state.route.same_path(route) and state.pending is None:
+            continue
+        try:
+            events = load_pairs(runtime, route_keys(runtime, route), "switch")
+        except SparseloomError as error:
+            runtime.notes.append(f"switch of {task!r} to {route.describe()} abandoned: {error}")
+            continue
+        runtime.set_route(task, route, reason, len(events), sum(e.total_ms for e in events))
+    runtime.plan = plan
+
+
+def _active(runtime: Runtime) -> tuple[str, ...]:
+    return tuple(name for name, s in runtime.states.items() if s.route is not None)
+
+
+def _down(runtime: Runtime) -> tuple[str, ...]:
+    return tuple(name for name, w in runtime.workers.items() if w.down)
+
+
+def give_feedback(runtime: Runtime) -> None:
+    """Tell the policy the monitors' verdicts; apply the plan it returns, if any."""
+    on_feedback = getattr(runtime.policy, "on_feedback", None)
+    if not callable(on_feedback):
+        return
+    active = _active(runtime)
+    monitors = {t: runtime.states[t].monitor for t in active}
+    feedback = make_feedback(runtime.plan, monitors, _down(runtime))
+    runtime.feedbacks.append(feedback)
+    new_plan = on_feedback(feedback)
+    if new_plan is not None:
+        apply_plan(runtime, new_plan, "feedback")
+
+
+def join(runtime: Runtime, task: str) -> None:
+    """Open ``task`` (arrival order): the plan is made again for the tasks that have arrived."""
+    active = (*_active(runtime), task)
+    plan = runtime.plan
+    if runtime.planner is not None:
+        plan = runtime.planner(active, _down(runtime))
+    runtime.plan_version += 1
+    routes = routes_from_plan(runtime, plan, runtime.plan_version)
+    if task not in routes:
+        raise RuntimeServeError(f"the plan made when task {task!r} joined does not place it")
+    for name in active:
+        route = routes.get(name)
+        if route is None:
+            continue
+        events = load_pairs(runtime, route_keys(runtime, route), "switch")
+        runtime.set_route(name, route, "join", len(events), sum(e.total_ms for e in events))
+    runtime.plan = plan
+
+
+def change_slos(runtime: Runtime, slos: Mapping[str, SLO]) -> None:
+    """Serve ``slos`` from now on: the monitors judge by them and the plan is made again
+    (on the control thread; wait with ``runtime.control.wait_idle()``)."""
+    unknown = sorted(set(slos) - set(runtime.tasks))
+    if unknown:
+        raise RuntimeServeError(f"no served task {', '.join(map(repr, unknown))}; served: "
+                                f"{', '.join(runtime.tasks)}")
+    for task, slo in slos.items():
+        runtime.slos[task] = slo
+        runtime.states[task].monitor.slo_latency_ms = slo.latency_ms
+        runtime.states[task].monitor.reset()
+    if runtime.planner is not None:
+        runtime.control.submit(lambda: apply_plan(
+            runtime, runtime.planner(_active(runtime), _down(runtime)), "slo"))
+
+
+def replan_without_down(runtime: Runtime) -> None:
+    """Re-plan after a processor was marked down: the planner without it, else every
+    position it held moves to the first processor that is still up."""
+    down = _down(runtime)
+    up = [name for name in runtime.workers if name not in down]
+    if not up:
+        runtime.notes.append("every processor is down; remaining requests fail")
+        return
+    if runtime.planner is not None:
+        try:
+            apply_plan(runtime, runtime.planner(_active(runtime), down), "processor-down")
+            return
+        except SparseloomError as error:
+            runtime.notes.append(f"re-plan without {', '.join(down)} failed: {error}; "
+                                 f"moving its positions to {up[0]}")
+    for task in _active(runtime):
+        route = runtime.states[task].route
+        if route is None or not set(route.processors) & set(down):
+            continue
+        moved = Route(route.variant, [up[0] if p in down else p for p in route.processors],
+                      route.version + 1)
+        events = load_pairs(runtime, route_keys(runtime, moved), "replan")
+        runtime.set_route(task, moved, "processor-down", len(events),
+                          sum(e.total_ms for e in events))

@@ -1,0 +1,181 @@
+"""One worker per processor: a thread pinned to the processor's cores, with its own queue.
+
+The worker calls each loaded model *in place* on its own thread (``LoadedModel.runner`` for the
+built-in backends, which is the runtime's bare call; ``backend.infer`` for others, which runs in
+place on a pinned caller). No per-call input check: inputs were checked once, when the model
+was loaded. When the next stage of a request is on the same processor it runs at once, without
+a queue hop; otherwise the request goes to the next processor's queue.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from sparseloom.core.types import Processor
+
+if TYPE_CHECKING:
+    from sparseloom.runtime.faults import FaultInjector
+    from sparseloom.runtime.request import Request
+
+#: Key of a resident subgraph on a worker: (task, position, variant).
+ModelKey = tuple[str, int, int]
+
+
+@attrs.define(eq=False)
+class ResidentModel:
+    """A subgraph loaded on one processor, with the direct call the worker makes.
+
+    Attributes:
+        key: (task, position, variant).
+        processor: the processor it is loaded on.
+        backend: the backend instance that loaded it.
+        loaded: the backend's loaded model.
+        runner: ``runner(inputs) -> outputs``, called in place on the worker's thread.
+        input_names: the boundary tensors it reads.
+        memory_bytes: what the backend measured it holds.
+    """
+
+    key: ModelKey
+    processor: Processor
+    backend: Any
+    loaded: Any
+    runner: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+    input_names: tuple[str, ...]
+    memory_bytes: int
+
+
+class StageHandler:
+    """What a worker reports to (the runtime implements it)."""
+
+    def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
+        """A stage finished; return the worker of the next stage (``None``: request done)."""
+        raise NotImplementedError
+
+    def stage_failed(self, request: Request, worker: ProcessorWorker, error: BaseException
+                     ) -> None:
+        """A stage raised; retry or fail the request."""
+        raise NotImplementedError
+
+
+_STOP = object()
+
+
+@attrs.define(eq=False)
+class ProcessorWorker:
+    """The serving thread of one processor.
+
+    Attributes:
+        processor: the processor it serves (its thread is pinned to ``processor.cores``).
+        handler: the runtime, told of every finished or failed stage.
+        models: the subgraphs resident on this processor.
+        faults: an optional fault injector (tests and demos).
+        busy_s: seconds spent inside model calls (its utilisation over the run).
+        stages_run: model calls made.
+        failures: stage failures on this processor; ``consecutive_failures`` resets on success.
+        down: marked down after repeated failures (the policy re-plans without it).
+        pending_ms: the expected work queued here, from profiled stage times (for dispatch).
+    """
+
+    processor: Processor
+    handler: StageHandler
+    models: dict[ModelKey, ResidentModel] = attrs.field(factory=dict)
+    faults: FaultInjector | None = None
+    busy_s: float = 0.0
+    stages_run: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    down: bool = False
+    pending_ms: float = 0.0
+    _queue: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue, init=False)
+    _thread: threading.Thread | None = attrs.field(default=None, init=False)
+    _pending_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    @property
+    def name(self) -> str:
+        """The processor's name."""
+        return self.processor.name
+
+    def start(self) -> None:
+        """Start the serving thread (pinned to the processor's cores)."""
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"sparseloom-run-{self.processor.name}")
+        self._thread.start()
+
+    def put(self, request: Request) -> None:
+        """Queue ``request`` to run its current stage here."""
+        self._queue.put(request)
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        """Queue ``fn`` to run on this worker's thread between requests."""
+        self._queue.put(fn)
+
+    def add_pending(self, ms: float) -> None:
+        """Account expected work queued (+) or finished (-) here."""
+        with self._pending_lock:
+            self.pending_ms = max(self.pending_ms + ms, 0.0)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the requests already queued; wait for the thread."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def queued(self) -> int:
+        """Items waiting in the queue (approximate)."""
+        return self._queue.qsize()
+
+    def _loop(self) -> None:
+        cores = tuple(self.processor.cores)
+        if cores and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cores)
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is _STOP:
+                return
+            if callable(item):
+                item()
+                continue
+            self._serve(item)
+
+    def _serve(self, request: Request) -> None:
+        """Run ``request``'s stages while they are on this processor."""
+        models = self.models
+        perf_counter = time.perf_counter
+        while True:
+            route = request.route
+            position = request.stage
+            model = models.get((request.task, position, route.variant.choices[position]))
+            carried = request.carried
+            try:
+                if model is None:
+                    raise LookupError(
+                        f"subgraph {position} of {route.variant} is not loaded on {self.name}")
+                if self.faults is not None:
+                    self.faults.maybe_fail(self.processor, request, position)
+                start = perf_counter()
+                outputs = model.runner({name: carried[name] for name in model.input_names})
+                self.busy_s += perf_counter() - start
+            except Exception as error:
+                self.failures += 1
+                self.consecutive_failures += 1
+                self.handler.stage_failed(request, self, error)
+                return
+            self.stages_run += 1
+            self.consecutive_failures = 0
+            request.carried = outputs
+            request.ran_on.append(self.processor.name)
+            request.stage = position + 1
+            following = self.handler.stage_done(request, self)
+            if following is not self:
+                if following is not None:
+                    following.put(request)
+                return

@@ -1,0 +1,251 @@
+"""Workloads: sets of tasks, each a dense ONNX model with labelled eval data and an SLO.
+
+A workload comes from a TOML file (see ``docs/workloads.md``) or from a plugin that registers
+one through ``sparseloom_register_workloads``. Each task is either *declared from files* (an
+ONNX model, an ``.npz`` of eval inputs and labels, an optional calibration ``.npz``) or *built*
+by a :class:`TaskBuilder`, a Python recipe whose output is cached on disk under
+:func:`sparseloom.core.cache.cache_dir` and rebuilt only when its config changes.
+
+The records live here; :mod:`sparseloom.workload.load` turns a name or a file into them and
+:mod:`sparseloom.workload.evaluate` scores a model on a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import ConfigError, MissingDataError, UnknownTaskError
+from sparseloom.core.types import SLO
+from sparseloom.workload.metrics import get_metric
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "MissingDataError",
+    "Task",
+    "TaskBuilder",
+    "TaskDefinition",
+    "UnknownTaskError",
+    "Workload",
+    "WorkloadDefinition",
+]
+
+
+def check_task_name(name: str, where: str = "") -> str:
+    """``name`` if it may be a task name; :class:`ConfigError` otherwise.
+
+    Task names become parts of file names (``pareto-<task>.png``, profile and zoo files), so
+    the one rule everywhere is: a non-empty string with no path separator, no NUL, not ``.``
+    or ``..`` and not starting with ``.``.
+    """
+    prefix = f"{where}: " if where else ""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{prefix}a task name must be a non-empty string, got {name!r}")
+    bad = [c for c in ("/", "\\", "\0") if c in name]
+    if bad or name.startswith(".") or name != name.strip():
+        raise ConfigError(
+            f"{prefix}task name {name!r} cannot be used: task names become parts of file "
+            "names, so they may not contain '/', '\\' or NUL, start with '.', or start or end "
+            "with spaces; use letters, digits, '-', '_' and '.'"
+        )
+    return name
+
+
+def _task_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    check_task_name(value)
+
+
+def _tasks(values: Iterable[Task]) -> tuple[Task, ...]:
+    return tuple(values)
+
+
+def _definitions(values: Iterable[TaskDefinition]) -> tuple[TaskDefinition, ...]:
+    return tuple(values)
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _readonly(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    frozen = {}
+    for key, value in arrays.items():
+        array = np.asarray(value)
+        array.setflags(write=False)
+        frozen[key] = array
+    return frozen
+
+
+@attrs.frozen(eq=False)
+class Task:
+    """One ready task: a dense ONNX model, its eval and calibration data, metric and SLO.
+
+    Attributes:
+        name: the task name, unique in its workload.
+        model_path: the dense base model, one ONNX file with a dynamic batch dimension.
+        eval_inputs: eval inputs by model input name, batch first (read-only arrays).
+        labels: eval labels, one row per eval sample.
+        calibration_inputs: unlabelled inputs for INT8 calibration, by model input name.
+        metric: the metric name (see :mod:`sparseloom.workload.metrics`), in [0, 1].
+        slo: the task's SLO, when the workload gives one.
+        input_names: the model's input names, in graph order.
+        output_names: the model's output names, in graph order; the first one is scored.
+        description: what the task is and what it stands in for.
+        info: build facts (``dense_metric``, ``torch_metric``, ``params``, ``model_bytes``,
+            ``build_seconds``, ``cache_hit``, ``cache_dir`` ...), empty for file tasks.
+    """
+
+    name: str = attrs.field(validator=_task_name)
+    model_path: Path = attrs.field(converter=Path)
+    eval_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
+    labels: np.ndarray
+    calibration_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
+    metric: str
+    slo: SLO | None = None
+    input_names: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    output_names: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    description: str = ""
+    info: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def num_eval(self) -> int:
+        """Number of eval samples."""
+        return int(self.labels.shape[0])
+
+    @property
+    def num_calibration(self) -> int:
+        """Number of calibration samples."""
+        return int(next(iter(self.calibration_inputs.values())).shape[0])
+
+    @property
+    def dense_metric(self) -> float | None:
+        """The dense model's metric on the eval set when it was built, else ``None``."""
+        value = self.info.get("dense_metric")
+        return None if value is None else float(value)
+
+    def score(self, outputs: Mapping[str, np.ndarray]) -> float:
+        """Score model outputs (by output name, as ``run_batched`` returns) against labels.
+
+        The first model output is scored; if ``outputs`` lacks its name (a renamed output
+        of a compressed or stitched model), the first value of ``outputs`` is used.
+        """
+        if not outputs:
+            raise ConfigError(f"task {self.name!r}: no model outputs to score")
+        first = self.output_names[0] if self.output_names else None
+        output = (
+            outputs[first] if first is not None and first in outputs
+            else next(iter(outputs.values()))
+        )
+        return get_metric(self.metric)(output, self.labels)
+
+    def calibration_batches(self, batch_size: int = 32) -> list[dict[str, np.ndarray]]:
+        """The calibration inputs cut into batches (the form compressors take)."""
+        count = self.num_calibration
+        return [
+            {name: array[start : start + batch_size]
+             for name, array in self.calibration_inputs.items()}
+            for start in range(0, count, batch_size)
+        ]
+
+
+@attrs.frozen(eq=False)
+class Workload:
+    """A set of tasks run together, and the processors to run them on.
+
+    Attributes:
+        name: the workload name (the bundled name, or the TOML's ``name`` or file stem).
+        tasks: the ready tasks, in file order.
+        processors: processor specs such as ``"ov:CPU"``; empty means the default set.
+        source: the TOML file it was read from, when any.
+        description: one line about it.
+        variants: the zoo's variant names (the file's ``variants``); empty means the default.
+        compressor_options: options per compressor name (the file's ``[compressors.<name>]``).
+    """
+
+    name: str
+    tasks: tuple[Task, ...] = attrs.field(converter=_tasks)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    source: Path | None = None
+    description: str = ""
+    variants: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    compressor_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        """The task names, in order."""
+        return tuple(task.name for task in self.tasks)
+
+    def task(self, name: str) -> Task:
+        """The task called ``name``; :class:`UnknownTaskError` naming the known ones."""
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise UnknownTaskError(
+            f"workload {self.name!r} has no task {name!r}; its tasks: "
+            f"{', '.join(self.task_names) or 'none'}"
+        )
+
+
+@attrs.frozen
+class TaskBuilder:
+    """A Python recipe that builds one task's files (bundled tasks, plugin tasks).
+
+    ``build(config, out_dir, progress=...)`` gets ``defaults`` updated with the TOML's
+    ``[task.options]``, writes ``model.onnx``, ``eval.npz`` (one array per model input plus
+    ``labels``) and ``calibration.npz`` into ``out_dir``, and returns a mapping with at least
+    ``metric``; ``torch_metric`` (the trained model's metric before export) and
+    ``description`` are recorded when given. It must be deterministic for a given config.
+
+    Attributes:
+        name: the builder name (``vision``; also used in cache folder names).
+        build: the recipe.
+        defaults: its options and their default values (the TOML may override them).
+        version: bump it when the recipe changes so that caches rebuild.
+        description: one line about the task it builds.
+    """
+
+    name: str
+    build: Callable[..., Mapping[str, Any]] = attrs.field(validator=attrs.validators.is_callable())
+    defaults: Mapping[str, Any] = attrs.field(factory=dict)
+    version: str = "1"
+    description: str = ""
+
+
+@attrs.frozen
+class TaskDefinition:
+    """How to obtain one task: a :class:`TaskBuilder`, or files (model, data, calibration)."""
+
+    name: str = attrs.field(validator=_task_name)
+    builder: TaskBuilder | None = None
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+    model: Path | None = None
+    data: Path | None = None
+    calibration: Path | None = None
+    metric: str = "accuracy"
+    slo: SLO | None = None
+    description: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.builder is None) == (self.model is None):
+            raise ConfigError(f"task {self.name!r}: give either a builder or a model file")
+        if self.model is not None and self.data is None:
+            raise ConfigError(f"task {self.name!r}: a model file needs a data file")
+
+
+@attrs.frozen
+class WorkloadDefinition:
+    """A workload before its tasks are built: what a workload file or plugin declares."""
+
+    name: str
+    tasks: tuple[TaskDefinition, ...] = attrs.field(converter=_definitions)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    source: Path | None = None
+    description: str = ""
+    variants: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    compressor_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)

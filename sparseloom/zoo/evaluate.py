@@ -1,0 +1,240 @@
+"""Exact evaluation of stitched variants, sharing the activations of common prefixes.
+
+A stitched variant ``(c0, c1, ..., c{S-1})`` runs subgraph ``c0`` of position 0, then ``c1``
+of position 1, and so on. Every variant that starts with ``(c0, c1)`` needs the same
+activations after position 1, so they are computed once: the requested variants form a prefix
+tree (a trie), and a depth-first walk over it runs one *subgraph pass* (one subgraph over the
+whole eval set) per trie node, keeping only the activations of the current path in memory.
+
+For all ``V**S`` variants that is ``V + V**2 + ... + V**S`` passes instead of ``S * V**S``
+(for V = 10, S = 3: 1,110 instead of 3,000, a 63% saving). A sample of variants is grouped by
+its shared prefixes the same way; :class:`EvaluationReport` says how many passes were run and
+how many the naive way would have taken.
+
+Subgraphs run through the backends (:func:`sparseloom.core.processors.load_model`), each one
+compiled and loaded once per :class:`SubgraphRunner` and reused for every prefix.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from sparseloom.core.errors import ZooError
+from sparseloom.core.types import StitchedVariant
+
+if TYPE_CHECKING:
+    from sparseloom.zoo.types import Zoo, ZooTask
+
+#: The processor exact evaluation runs on unless told otherwise.
+EVALUATION_PROCESSOR = "ort:CPU"
+
+
+@attrs.define(eq=False)
+class SubgraphRunner:
+    """Runs subgraphs over whole data sets on one processor, loading each file once.
+
+    Loaded models are kept (keyed by the file's SHA-256) until :meth:`close`; use it as a
+    context manager. ``passes`` counts the subgraph passes run so far.
+
+    Attributes:
+        processor: the processor spec (``ort:CPU``, ``ov:CPU``).
+        batch_size: rows per inference request.
+    """
+
+    processor: str = EVALUATION_PROCESSOR
+    batch_size: int = 256
+    passes: int = attrs.field(default=0, init=False)
+    _loaded: dict[str, tuple[Any, Any]] = attrs.field(factory=dict, init=False, alias="_loaded")
+
+    def __enter__(self) -> SubgraphRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def load(self, path: str | Path, key: str | None = None) -> tuple[Any, Any]:
+        """The (backend, loaded model) for ``path``, loading it on first use."""
+        from sparseloom.workload.inference import load_model
+
+        cache_key = key or str(Path(path).resolve())
+        if cache_key not in self._loaded:
+            self._loaded[cache_key] = load_model(str(path), self.processor)
+        return self._loaded[cache_key]
+
+    def run(
+        self, path: str | Path, inputs: Mapping[str, np.ndarray], key: str | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run the model at ``path`` over every row of ``inputs`` (extra names are ignored)."""
+        backend, loaded = self.load(path, key)
+        missing = [n for n in loaded.input_names if n not in inputs]
+        if missing:
+            raise ZooError(
+                f"subgraph {Path(path).name} needs inputs {missing}; got {sorted(inputs)}"
+            )
+        feeds = {name: np.asarray(inputs[name]) for name in loaded.input_names}
+        rows = next(iter(feeds.values())).shape[0]
+        futures = [
+            backend.infer_async(loaded, {n: a[start:start + self.batch_size]
+                                         for n, a in feeds.items()})
+            for start in range(0, rows, self.batch_size)
+        ]
+        results = [future.result() for future in futures]
+        self.passes += 1
+        return {name: np.concatenate([r[name] for r in results], axis=0)
+                for name in loaded.output_names}
+
+    def close(self) -> None:
+        """Unload every model this runner loaded."""
+        for backend, loaded in self._loaded.values():
+            backend.unload(loaded)
+        self._loaded.clear()
+
+
+@attrs.frozen
+class EvaluationReport:
+    """Measured metrics of stitched variants and what prefix sharing saved.
+
+    Attributes:
+        task: the task name.
+        metrics: the metric of each evaluated stitched variant, by its choices tuple.
+        passes: subgraph passes over the eval set actually run.
+        naive_passes: passes without prefix sharing (``S`` per variant).
+        seconds: wall time of the evaluation.
+        processor: where the subgraphs ran.
+    """
+
+    task: str
+    metrics: Mapping[tuple[int, ...], float] = attrs.field(hash=False)
+    passes: int
+    naive_passes: int
+    seconds: float
+    processor: str
+
+    @property
+    def saving(self) -> float:
+        """The fraction of subgraph passes prefix sharing avoided (0 when nothing ran)."""
+        return 1.0 - self.passes / self.naive_passes if self.naive_passes else 0.0
+
+    def metric(self, stitched: StitchedVariant | Sequence[int]) -> float:
+        """The metric of one evaluated variant."""
+        choices = stitched.choices if isinstance(stitched, StitchedVariant) else tuple(stitched)
+        return self.metrics[tuple(choices)]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary (metrics keyed by comma-joined choices)."""
+        return {
+            "task": self.task,
+            "variants": len(self.metrics),
+            "passes": self.passes,
+            "naive_passes": self.naive_passes,
+            "saving": round(self.saving, 4),
+            "seconds": round(self.seconds, 3),
+            "processor": self.processor,
+            "metrics": {",".join(map(str, k)): v for k, v in self.metrics.items()},
+        }
+
+
+def prefix_passes(choices: Iterable[Sequence[int]]) -> int:
+    """The subgraph passes prefix sharing needs for ``choices``: the prefix tree's node count."""
+    prefixes = {tuple(c[: j + 1]) for c in choices for j in range(len(c))}
+    return len(prefixes)
+
+
+def evaluate_stitched(
+    zoo: Zoo,
+    task: ZooTask,
+    stitched: Iterable[StitchedVariant | Sequence[int]],
+    *,
+    processor: str = EVALUATION_PROCESSOR,
+    batch_size: int = 256,
+    runner: SubgraphRunner | None = None,
+    progress: bool = False,
+) -> EvaluationReport:
+    """Measure the metric of each stitched variant in ``stitched`` on ``task``'s eval set.
+
+    Variants sharing a prefix share its activations (a depth-first walk over their prefix
+    tree); duplicates are evaluated once. Pass a ``runner`` to reuse loaded subgraphs across
+    calls (its processor and batch size then apply).
+
+    :raises ZooError: a variant of the wrong length or with an unknown variant id, or a task
+        that does not match the zoo.
+    """
+    unique = sorted({zoo.check_choices(s) for s in stitched})
+    if task.name != zoo.task:
+        raise ZooError(f"the zoo is for task {zoo.task!r}, not {task.name!r}")
+    own_runner = runner is None
+    active = runner or SubgraphRunner(processor=processor, batch_size=batch_size)
+    total = prefix_passes(unique)
+    metrics: dict[tuple[int, ...], float] = {}
+    started = time.perf_counter()
+    bar = _progress_bar(total, f"{zoo.task}: evaluating", progress)
+    try:
+        _walk(zoo, task, active, 0, unique, dict(task.eval_inputs), metrics, bar)
+    finally:
+        bar.close()
+        if own_runner:
+            active.close()
+    return EvaluationReport(
+        task=zoo.task,
+        metrics=dict(sorted(metrics.items())),
+        passes=total,
+        naive_passes=zoo.positions * len(unique),
+        seconds=time.perf_counter() - started,
+        processor=active.processor,
+    )
+
+
+def evaluate_all(
+    zoo: Zoo,
+    task: ZooTask,
+    *,
+    processor: str = EVALUATION_PROCESSOR,
+    batch_size: int = 256,
+    runner: SubgraphRunner | None = None,
+    progress: bool = False,
+) -> EvaluationReport:
+    """Measure every one of the zoo's ``V**S`` stitched variants (see :func:`evaluate_stitched`)."""
+    everything = itertools.product(range(len(zoo.variants)), repeat=zoo.positions)
+    return evaluate_stitched(
+        zoo, task, everything, processor=processor, batch_size=batch_size, runner=runner,
+        progress=progress,
+    )
+
+
+def _walk(
+    zoo: Zoo,
+    task: ZooTask,
+    runner: SubgraphRunner,
+    position: int,
+    group: Sequence[tuple[int, ...]],
+    activations: Mapping[str, np.ndarray],
+    metrics: dict[tuple[int, ...], float],
+    bar: Any,
+) -> None:
+    for variant, members in itertools.groupby(group, key=lambda c: c[position]):
+        members_list = list(members)
+        outputs = runner.run(
+            zoo.subgraph_path(position, variant), activations,
+            key=zoo.subgraph(position, variant).sha256,
+        )
+        bar.update(1)
+        if position == zoo.positions - 1:
+            score = float(task.score(outputs))
+            for choices in members_list:
+                metrics[choices] = score
+        else:
+            _walk(zoo, task, runner, position + 1, members_list, outputs, metrics, bar)
+        del outputs  # only the current path's activations stay alive
+
+
+def _progress_bar(total: int, description: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, unit="pass", disable=not enabled, leave=False)

@@ -1,0 +1,43 @@
+"""``sparseloom evaluate`` and ``sparseloom simulate`` on tiny."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparseloom.cli import main
+
+
+def test_simulate_prints_every_policy_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "tiny", "--policy", "sparseloom", "--policy", "sv-lo-p",
+                 "--queries", "20", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["processors"] == ["CPU", "GPU", "NPU"]
+    assert set(document["results"]) == {"sparseloom", "sv-lo-p"}
+    assert document["results"]["sparseloom"]["tasks"][0]["completed"] == 20
+
+
+def test_unknown_device_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "tiny", "--device-file", "nope"]) == 1
+    assert "device file 'nope' not found" in capsys.readouterr().err
+
+
+def test_unknown_contender_is_one_line(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "tiny", "--quick", "--contender", "nope",
+                 "--out", str(tmp_path)]) == 1
+    assert "unknown contender" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_evaluate_quick_writes_json_and_figures(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "tiny", "--quick", "--contender", "sparseloom", "--contender",
+                 "vanilla-ov", "--queries", "10", "--out", str(tmp_path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"contenders", "budget", "orders", "stitching", "validation", "files"} <= set(
+        document)
+    assert [r["contender"] for r in document["contenders"]] == ["sparseloom", "vanilla-ov"]
+    assert (tmp_path / "fig10_violation.png").exists()

@@ -1,0 +1,109 @@
+"""Algorithm 1 against a brute-force search, infeasible tasks, decision time, feedback."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from sparseloom.core.types import SLO, Feedback
+from sparseloom.plugins.policies.sparseloom import SparseLoomPolicy, score_orders
+from sparseloom.profile.table import ProfileTable
+from tests.plan.tables import random_table, task_profile
+
+
+def brute_force(table: ProfileTable, slos: dict[str, SLO]):
+    """Every order × every stitched variant through the table's own latency API."""
+    s = next(iter(table.tasks.values())).n_positions
+    results = []
+    for order in itertools.product(range(len(table.processors)), repeat=s):
+        best = {}
+        for name, profile in table.tasks.items():
+            choices = profile.choices()
+            latency = np.asarray(table.latency(name, choices, np.array(order)))
+            ok = (profile.accuracy() >= slos[name].accuracy) & (latency <= slos[name].latency_ms)
+            best[name] = ((float(latency[ok].min()), int(np.flatnonzero(ok)[latency[ok].argmin()]))
+                          if ok.any() else None)
+        results.append((order, best))
+    satisfiable = {n for n in table.tasks if any(b[n] for _, b in results)}
+    def key(item):
+        _order, best = item
+        missed = sum(1 for n in satisfiable if best[n] is None)
+        found = [b[0] for b in best.values() if b is not None]
+        return (missed, np.mean(found) if found else np.inf)
+    return min(results, key=key), [key(r)[1] for r in results]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("variants", "positions", "processors"), [(4, 2, 2), (3, 3, 3)])
+def test_algorithm1_matches_brute_force(seed: int, variants: int, positions: int,
+                                        processors: int) -> None:
+    table = random_table(3, variants, positions, processors, seed=seed)
+    rng = np.random.default_rng(seed + 100)
+    slos = {name: SLO(rng.uniform(0.72, 0.85), rng.uniform(8.0, 25.0)) for name in table.tasks}
+    (order, best), means = brute_force(table, slos)
+    scores = score_orders(table, slos)
+    assert np.allclose(np.where(np.isfinite(scores.mean_ms), scores.mean_ms, np.inf), means)
+    plan = SparseLoomPolicy().plan(list(table.tasks), table, table.processors, slos)
+    assert plan.order == tuple(table.processors[p] for p in order)
+    for name, found in best.items():
+        if found is None:
+            assert not plan.feasible[name] and plan.infeasible_reason[name]
+            continue
+        assert plan.feasible[name]
+        expected = tuple(int(c) for c in table.task(name).choices([found[1]])[0])
+        assert plan.variants[name].choices == expected
+        assert plan.estimated_latency_ms[name] == pytest.approx(found[0])
+        assert plan.processors_of(name) == plan.order
+
+
+def two_variant_task(name: str, accuracy: tuple[float, float]) -> object:
+    # S = 1, V = 2, P = 2: variant 0 is slow and accurate, variant 1 fast and less so.
+    latency = np.array([[[10.0, 12.0], [4.0, 5.0]]])
+    return task_profile(name, latency, np.array(accuracy))
+
+
+@pytest.mark.parametrize(
+    ("slo", "reason", "picked"),
+    [(SLO(0.99, 100.0), "accuracy unreachable", 0),
+     (SLO(0.5, 1.0), "latency unreachable", 1),
+     (SLO(0.99, 1.0), "both unreachable", 1)],  # 9 ms over weighs more than 0.1 short
+)
+def test_infeasible_task_is_flagged_with_the_closest_variant(slo: SLO, reason: str,
+                                                             picked: int) -> None:
+    table = ProfileTable("hand", ["a", "b"], {"x": two_variant_task("x", (0.9, 0.8))})
+    plan = SparseLoomPolicy().plan(["x"], table, ["a", "b"], {"x": slo})
+    assert not plan.feasible["x"]
+    assert plan.infeasible_reason["x"].startswith(reason)
+    assert plan.variants["x"].choices == (picked,)
+
+
+def test_accuracy_measured_flag_and_decision_time() -> None:
+    measured = np.array([np.nan, 0.85])
+    profile = task_profile("x", np.array([[[10.0, 12.0], [4.0, 5.0]]]), np.array([0.9, 0.8]),
+                           measured=measured)
+    table = ProfileTable("hand", ["a", "b"], {"x": profile})
+    plan = SparseLoomPolicy().plan(["x"], table, ["a", "b"], {"x": SLO(0.84, 100.0)})
+    # the measured 0.85 overrides the estimated 0.8, so the fast variant qualifies
+    assert plan.variants["x"].choices == (1,) and plan.accuracy_measured["x"]
+    assert plan.estimated_accuracy["x"] == pytest.approx(0.85)
+    assert plan.order == ("a",) and plan.decision_seconds > 0
+
+
+def test_feedback_replans_on_violation_and_down_processor() -> None:
+    table = random_table(2, 4, 2, 2, seed=3)
+    policy = SparseLoomPolicy()
+    slos = {name: SLO(0.7, 100.0) for name in table.tasks}
+    plan = policy.plan(list(table.tasks), table, table.processors, slos)
+    assert policy.on_feedback(Feedback(plan)) is None
+    down = plan.order[0]
+    replanned = policy.on_feedback(Feedback(plan, down_processors=(down,)))
+    assert replanned is not None and down not in replanned.order
+    task = next(iter(table.tasks))
+    slow = policy.on_feedback(Feedback(
+        replanned, latency_ms={task: replanned.estimated_latency_ms[task] * 50},
+        violated={task: True}))
+    # 50× slower than estimated: the re-plan's estimate for that task reflects the scaling
+    if slow is not None:
+        assert slow.estimated_latency_ms[task] > replanned.estimated_latency_ms[task] * 10

@@ -1,0 +1,56 @@
+"""Helpers of the runtime tests: serve a workload, and score served samples exactly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sparseloom.runtime.executor import RuntimeOptions
+from sparseloom.runtime.load import LoadSpec
+from sparseloom.runtime.session import RunConfig, RunResult, serve
+from sparseloom.workload.metrics import get_metric
+
+
+def run(setup: tuple[Any, Any], load: LoadSpec, **config: Any) -> RunResult:
+    """Serve ``setup`` = (workload, profile) under ``load``."""
+    workload, profile = setup
+    options = config.pop("options", RuntimeOptions())
+    return serve(workload, profile, RunConfig(load=load, options=options, **config))
+
+
+def exact_accuracy(setup: tuple[Any, Any], result: RunResult, task_name: str) -> float:
+    """The metric of the served requests' samples, each run alone (batch 1) through the
+    variant and processors that served it, outside the runtime (``StitchedModel``)."""
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+    from sparseloom.zoo.stitch import StitchedModel
+
+    workload, profile = setup
+    task = workload.task(task_name)
+    zoo = load_zoo(zoo_directory(profile.meta["zoo_hashes"][task_name]), verify=False)
+    done = [r for r in result.records if r.task == task_name and r.status == "completed"]
+    outputs: dict[int, np.ndarray] = {}
+    routes: dict[tuple[str, str], list[Any]] = {}
+    for record in done:
+        routes.setdefault((record.variant, record.processors), []).append(record)
+    for (variant, processors), records in routes.items():
+        choices = [int(c) for c in variant.split(",")]
+        with StitchedModel.load(zoo, choices, processors.split(">")) as model:
+            for record in records:
+                inputs = {k: v[record.sample:record.sample + 1]
+                          for k, v in task.eval_inputs.items()}
+                out = model.run_once(inputs)
+                outputs[record.request_id] = next(iter(out.values()))[0]
+    stacked = np.stack([outputs[r.request_id] for r in done])
+    return float(get_metric(task.metric)(stacked, task.labels[[r.sample for r in done]]))
+
+
+def check_invariant(result: RunResult) -> None:
+    """submitted = completed + failed, every request ended once, records agree."""
+    summary = result.summary
+    assert summary.submitted == summary.completed + summary.failed
+    ids = [r.request_id for r in result.records]
+    assert len(ids) == len(set(ids)) == summary.submitted
+    assert sum(r.status == "completed" for r in result.records) == summary.completed
+    assert all(r.reason for r in result.records if r.status == "failed")

@@ -1,0 +1,61 @@
+"""Serving real requests end to end: closed and Poisson load, scoring, arrival orders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparseloom.runtime.load import LoadSpec
+from sparseloom.runtime.report import as_json, render
+from tests.runtime.support import check_invariant, exact_accuracy, run
+
+
+@pytest.mark.parametrize("load", [LoadSpec("closed", queries=60),
+                                  LoadSpec("poisson", queries=60, rate=400.0)],
+                         ids=["closed", "poisson"])
+def test_tiny_serves_every_request_and_scores_it_exactly(tiny: tuple[Any, Any],
+                                                         load: LoadSpec) -> None:
+    result = run(tiny, load)
+    summary = result.summary
+    check_invariant(result)
+    assert summary.completed == summary.submitted == 60
+    task = summary.tasks[0]
+    assert task.accuracy_measured == pytest.approx(exact_accuracy(tiny, result, "tiny"))
+    assert task.accuracy_profile == task.accuracy_profile  # the profile's figure, not NaN
+    assert not summary.valid and "too few requests for a p99" in summary.reasons[0]
+    assert "tiny" in render(summary) and as_json(summary)["tasks"][0]["task"] == "tiny"
+
+
+def test_tiny_with_100_queries_is_valid(tiny: tuple[Any, Any]) -> None:
+    summary = run(tiny, LoadSpec("closed", queries=100)).summary
+    assert summary.valid, summary.reasons
+    assert summary.tasks[0].latency.count == 100
+    assert summary.pipeline_bound_rps > 0 and summary.memory["loaded_bytes"] > 0
+
+
+@pytest.mark.parametrize("load", [
+    LoadSpec("closed", queries=40),
+    LoadSpec("poisson", queries=40, rate=300.0),
+    LoadSpec("closed", queries=40, arrival_order=("digits_b", "digits_a"), join_after=5),
+    LoadSpec("poisson", queries=40, rate=300.0, arrival_order=("digits_a", "digits_b")),
+], ids=["closed", "poisson", "closed-order", "poisson-order"])
+def test_two_task_file_workload(two_tasks: tuple[Any, Any], load: LoadSpec) -> None:
+    result = run(two_tasks, load)
+    check_invariant(result)
+    summary = result.summary
+    assert summary.completed == summary.submitted == 80
+    for task in summary.tasks:
+        assert task.completed == 40
+        assert task.accuracy_measured == pytest.approx(
+            exact_accuracy(two_tasks, result, task.task))
+    if load.arrival_order:
+        first, second = load.arrival_order
+        starts = {t: min(r.submitted_s for r in result.records if r.task == t)
+                  for t in (first, second)}
+        assert starts[first] < starts[second]
+
+
+def test_duration_stops_issuing(tiny: tuple[Any, Any]) -> None:
+    summary = run(tiny, LoadSpec("poisson", queries=None, rate=100.0, duration_s=0.5)).summary
+    assert 0 < summary.submitted == summary.completed + summary.failed

@@ -1,0 +1,140 @@
+"""SLO feedback and switching: monitors, the violation hook, real switches with loads."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from sparseloom.core.hookspecs import hookimpl
+from sparseloom.core.types import SLO
+from sparseloom.runtime import switching
+from sparseloom.runtime.executor import Runtime, RuntimeOptions
+from sparseloom.runtime.load import LoadSpec, offer
+from sparseloom.runtime.models import RuntimeTask
+from sparseloom.runtime.monitor import LatencyMonitor
+from sparseloom.runtime.session import profile_processors
+from tests.runtime.support import check_invariant, run
+
+
+def test_monitor_gives_one_verdict_per_fresh_window() -> None:
+    monitor = LatencyMonitor("t", slo_latency_ms=1.0, window=4)
+    verdicts = [monitor.observe(x) for x in (0.5, 0.5, 0.5, 2.0, 0.5)]
+    assert verdicts == [False, False, False, True, False]
+    assert monitor.value_ms() == 2.0 and monitor.violated()
+    monitor.reset()
+    assert not monitor.violated()
+
+
+class ViolationObserver:
+    """Records ``sparseloom_slo_violation`` notifications."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float, float]] = []
+
+    @hookimpl
+    def sparseloom_slo_violation(self, task: str, latency_ms: float, slo_latency_ms: float
+                                 ) -> None:
+        self.seen.append((task, latency_ms, slo_latency_ms))
+
+
+def test_violations_call_the_hook_and_feed_the_policy(tiny: tuple[Any, Any],
+                                                      register_plugin: Any) -> None:
+    observer = ViolationObserver()
+    register_plugin(observer)
+    tight = {"tiny": SLO(0.0, 0.001)}
+    result = run(tiny, LoadSpec("closed", queries=45), slos=tight,
+                 options=RuntimeOptions(window=10))
+    check_invariant(result)
+    assert len(observer.seen) == 45
+    assert all(slo == 0.001 and latency > slo for _, latency, slo in observer.seen)
+    assert result.summary.tasks[0].violated == "latency"
+
+
+def _runtime(setup: tuple[Any, Any], policy_name: str, slos: dict[str, SLO],
+             budget: float | None) -> tuple[Runtime, Any]:
+    """A started runtime; ``budget=None`` preloads only the plan's own subgraphs."""
+    from sparseloom.core.registry import get_registry
+    from sparseloom.plan.preload import preload
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+
+    workload, profile = setup
+    processors = profile_processors(profile)
+    policy = get_registry().create("policy", policy_name)
+    names = [p.name for p in processors]
+    plan = policy.plan(list(profile.tasks), profile, names, slos)
+    tasks = [RuntimeTask(workload.task(n), load_zoo(zoo_directory(
+        profile.meta["zoo_hashes"][n]), verify=False), slos[n]) for n in profile.tasks]
+    runtime: Runtime
+
+    def planner(active: tuple[str, ...], down: tuple[str, ...]) -> Any:
+        return policy.plan(list(active), profile, [n for n in names if n not in down],
+                           {t: runtime.slos[t] for t in active})
+
+    runtime = Runtime(tasks, processors, profile=profile, policy=policy, planner=planner,
+                      options=RuntimeOptions())
+    if budget is None:
+        own = profile.task(plan.variants[tasks[0].name].task)
+        order = profile.order_indices(list(plan.processors_of(tasks[0].name)))
+        budget = int(sum(own.memory_bytes[j, c, order[j]]
+                         for j, c in enumerate(plan.variants[tasks[0].name].choices)))
+    switching.start(runtime, plan, preload=preload(profile, plan, budget=budget))
+    return runtime, plan
+
+
+def test_a_tightened_slo_switches_the_variant_and_counts_its_load(tiny: tuple[Any, Any]
+                                                                  ) -> None:
+    _, profile = tiny
+    table = profile.task("tiny")
+    accuracy = table.accuracy()
+    loose = {"tiny": SLO(float(accuracy.max()) - 1e-6, 1000.0)}
+    runtime, plan = _runtime(tiny, "sparseloom", loose, budget=None)
+    try:
+        before = plan.variants["tiny"]
+        # Tightened: a latency below the current variant's estimate, any accuracy.
+        tightened = SLO(0.0, plan.estimated_latency_ms["tiny"] * 0.8)
+        runtime.control.submit(lambda: time.sleep(0.05))
+        spec = LoadSpec("poisson", queries=300, rate=600.0)
+        switched = {}
+
+        def tighten() -> None:
+            time.sleep(0.1)
+            switching.change_slos(runtime, {"tiny": tightened})
+            switched["at"] = time.perf_counter()
+
+        import threading
+
+        thread = threading.Thread(target=tighten)
+        thread.start()
+        load = offer(runtime, spec)
+        thread.join()
+        assert not load.interrupted
+        assert runtime.submitted == runtime.completed + runtime.failed == 300
+        assert runtime.switches, "the tightened SLO made the policy choose another variant"
+        event = runtime.switches[0]
+        assert event.reason == "slo" and event.loads >= 1 and event.load_ms > 0
+        assert runtime.plan.variants["tiny"] != before
+        versions = [r.route.version for r in sorted(runtime.finished,
+                                                    key=lambda r: r.request_id)]
+        assert versions == sorted(versions), "no request took an older route after a newer"
+        loads = [e for e in runtime.loader.events if e.reason == "switch"]
+        assert len(loads) == event.loads
+    finally:
+        runtime.stop()
+
+
+def test_routes_from_a_plan_with_a_vanished_processor_fail_clearly(
+        tiny: tuple[Any, Any]) -> None:
+    from sparseloom.core.errors import RuntimeServeError
+    from sparseloom.core.types import Plan, StitchedVariant
+
+    runtime, _ = _runtime(tiny, "sparseloom", {"tiny": SLO(0.0, 1000.0)}, budget=1.0)
+    try:
+        plan = Plan("manual", ["gpu:0", "ort:CPU"], {"tiny": StitchedVariant("tiny", (0, 0))})
+        with pytest.raises(RuntimeServeError, match="gpu:0"):
+            switching.routes_from_plan(runtime, plan, 1)
+    finally:
+        runtime.drain(5)
+        runtime.stop()
