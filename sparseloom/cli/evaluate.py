@@ -41,13 +41,20 @@ def _progress(enabled: bool) -> Any:
               help="Requests per task per run [default 100; 20 with --quick].")
 @click.option("--repeats", type=click.IntRange(min=1), default=None,
               help="Runs per cell [default 3; 1 with --quick].")
+@click.option("--slo-config", "slo_configs", multiple=True, type=click.IntRange(0, 24),
+              help="SLO configuration (0-24) to run for real (repeat); the rest simulated "
+                   "[default all 25; 0, 12, 24 with --quick].")
+@click.option("--budget", "budgets", multiple=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Memory budget of the Fig. 14 sweep, a fraction of full preloading "
+                   "(repeat) [default 0.05 0.15 0.35 0.55 0.75 1.0].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("evaluation"), show_default=True,
               help="Output folder (runs are cached here; a rerun continues).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
                      exclude: tuple[str, ...], orders: int | None, queries: int | None,
-                     repeats: int | None, out: Path, as_json: bool) -> None:
+                     repeats: int | None, slo_configs: tuple[int, ...],
+                     budgets: tuple[float, ...], out: Path, as_json: bool) -> None:
     """Compare sparseloom with the baselines, ADMS and vanilla OpenVINO / ONNX Runtime.
 
     Every contender is run by the real runtime over SLO configurations × arrival orders;
@@ -63,7 +70,9 @@ def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
     ensure_output_dir(out)
     base = QUICK if quick else EvalConfig()
     changes: dict[str, Any] = {"contenders": contenders, "exclude": exclude}
-    for name, value in (("orders", orders), ("queries", queries), ("repeats", repeats)):
+    for name, value in (("orders", orders), ("queries", queries), ("repeats", repeats),
+                        ("slo_configs", tuple(slo_configs) or None),
+                        ("budgets", tuple(budgets) or None)):
         if value is not None:
             changes[name] = value
     config = attrs.evolve(base, **changes)
@@ -129,4 +138,50 @@ def simulate_command(workload: str, device_file: str, policies: tuple[str, ...],
                 for n, r in results.items()])
 
 
-COMMANDS = (evaluate_command, simulate_command)
+@click.command("sweep")
+@click.option("--workload", default="default", show_default=True,
+              help="Measured workload to scale onto --device-file as an extra case ('' "
+                   "for synthetic cases only).")
+@click.option("--device-file", default="core-ultra-soc", show_default=True,
+              help="A device TOML path, or the name of a bundled one.")
+@click.option("--policy", "policies", multiple=True,
+              help="Policy to simulate (repeat); default every registered policy.")
+@click.option("--queries", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write sweep.json and sweep.csv here.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def sweep_command(workload: str, device_file: str, policies: tuple[str, ...], queries: int,
+                  out: Path | None, as_json: bool) -> None:
+    """Simulate every policy at scales the paper does not run (T=16, V=20, S=4, P=4).
+
+    Synthetic profiles, one factor scaled up from T=4 S=3 V=10 P=3 at a time, plus WORKLOAD's
+    measured profile on the device file; violation, throughput and optimizer time per policy.
+    """
+    from sparseloom.cli.output import ensure_output_dir
+    from sparseloom.cli.run import load_profiled
+    from sparseloom.evaluation.devices import load_device_file
+    from sparseloom.evaluation.results import write_tables
+    from sparseloom.evaluation.sweeps import scale_sweep, sweep_cases
+
+    if out is not None:
+        ensure_output_dir(out)
+    device = load_device_file(device_file)
+    measured = None
+    if workload:
+        _, measured = load_profiled(workload, progress=sys.stderr.isatty() and not as_json)
+    show = None if as_json else (lambda label: click.echo(f"\r{label[:70]:<70}", err=True,
+                                                         nl=False))
+    rows = scale_sweep(sweep_cases(measured, device), policies, queries=queries,
+                       progress=show)
+    if out is not None:
+        write_tables(out, {"sweep": rows})
+    if as_json:
+        echo_json(rows)
+        return
+    click.echo("", err=True)
+    echo_table(["case", "policy", "violation %", "throughput rps", "decision ms"],
+               [[r["case"], r["policy"], f"{100 * r['violation_rate']:.1f}",
+                 f"{r['throughput_rps']:.1f}", f"{r['decision_ms']:.2f}"] for r in rows])
+
+
+COMMANDS = (evaluate_command, simulate_command, sweep_command)

@@ -71,6 +71,28 @@ def allowed_cores() -> tuple[int, ...]:
     return tuple(range(os.cpu_count() or 1))
 
 
+def pin_current_thread(cores: Sequence[int]) -> bool:
+    """Confine the calling thread to ``cores``; returns whether it was pinned.
+
+    ``os.sched_setaffinity(0, ...)`` acts on the calling thread only (Linux), and threads it
+    starts later inherit the affinity. Nothing happens for empty ``cores`` or where the OS has
+    no affinity call. This is how a processor's serving thread is pinned to its cores, so that
+    the built-in backends run a model *in place* on it (``docs/backends.md``).
+
+    :raises ConfigError: ``cores`` names a core this process cannot use.
+    """
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        return False
+    try:
+        os.sched_setaffinity(0, tuple(cores))
+    except OSError as error:
+        raise ConfigError(
+            f"cannot pin a thread to core(s) {list(cores)}: {error}; usable cores: "
+            f"{list(allowed_cores())}"
+        ) from error
+    return True
+
+
 def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
     """``"0,2-3"`` → ``(0, 2, 3)``; a list or int passes through. Raises :class:`ConfigError`."""
     if isinstance(value, int):

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,8 @@ class EvalConfig:
         repeats: runs per cell, averaged.
         budgets: memory budgets (fractions of full preloading) of the Fig. 14 sweep.
         budget_policy: the contender of the Fig. 14 sweep.
+        order_runs: run Fig. 13 for real: Algorithm 1 with each processor order of Ω forced
+            (:mod:`sparseloom.evaluation.fixed_order`), at the Fig. 14 configuration.
         seed: seeds the order sample and the runs' sample draws.
     """
 
@@ -60,6 +63,7 @@ class EvalConfig:
     repeats: int = 3
     budgets: tuple[float, ...] = (0.05, 0.15, 0.35, 0.55, 0.75, 1.0)
     budget_policy: str = "sparseloom"
+    order_runs: bool = True
     seed: int = 0
 
 
@@ -156,19 +160,34 @@ def real_policy_run(workload: Any, profile: Any, policy: str, slos: dict[str, SL
     return {"violation_rate": summary.violation_rate, "throughput_rps": summary.throughput_rps,
             "pipeline_share": summary.pipeline_share,
             "memory_bytes": summary.memory.get("loaded_bytes", math.nan),
-            "valid": summary.valid, "tasks": rows}
+            "valid": summary.valid, "tasks": rows, "wall_s": summary.wall_s,
+            "utilisation": dict(summary.utilisation), "switches": summary.switches,
+            "pipeline_bound_rps": summary.pipeline_bound_rps,
+            # The shared machine's load while it ran: the real runs' context, in the results.
+            "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan}
 
 
 def simulated_run(profile: Any, policy: str, slos: dict[str, SLO], order: Sequence[str],
-                  queries: int, budget: float = 1.0) -> dict[str, Any]:
+                  queries: int, budget: float = 1.0, slowdown: dict[str, float] | None = None
+                  ) -> dict[str, Any]:
     """The simulator's figures for one cell, in the same shape as a real run's."""
     result = simulate(profile, SimConfig(policy=policy, slos=slos, queries=queries,
                                          arrival_order=tuple(order) if len(order) > 1 else (),
-                                         memory_budget=budget))
+                                         memory_budget=budget, slowdown=slowdown or {}))
     rows = _task_rows(result.tasks, slos)
     return {"violation_rate": result.violation_rate, "throughput_rps": result.throughput_rps,
             "pipeline_share": result.pipeline_share, "memory_bytes": result.resident_bytes,
-            "valid": True, "tasks": rows}
+            "valid": True, "tasks": rows,
+            "busy_ms": {p: u * result.makespan_ms for p, u in result.utilisation.items()}}
+
+
+def measured_slowdown(real: dict[str, Any], simulated: dict[str, Any]) -> dict[str, float]:
+    """Per processor, the real run's busy time over the simulation's: how much longer its
+    stages took than the profile says (other jobs on the cores, cache sharing). Empty when
+    the real run did not record its utilisation."""
+    busy = {p: u * real["wall_s"] * 1e3 for p, u in real.get("utilisation", {}).items()}
+    return {p: busy[p] / ms for p, ms in simulated.get("busy_ms", {}).items()
+            if p in busy and ms > 0 and busy[p] > 0}
 
 
 def vanilla_cells(run: dict[str, Any], configs: Sequence[dict[str, SLO]]) -> list[dict]:
@@ -200,6 +219,39 @@ def _vanilla_run(workload: Any, runner: str, order: Sequence[str], repeat: int,
 
 Progress = Callable[[int, int, str], None]
 
+#: Bumped when the simulator's model changes, so cached simulated cells are made again.
+SIMULATOR_MODEL = 2
+
+#: Contender label of a Fig. 13 run: the prefix, then the forced order (``ov:CPU>ort:CPU``).
+ORDER_PREFIX = "order "
+
+
+def _run_key(profile: Any, kind: str, name: str, k: int | None, order: Sequence[str],
+             repeat: int, budget: float, queries: int) -> str:
+    # The budget-1.0 point of Fig. 14 is the grid's own real run of that policy: shared.
+    if kind == "budget" and budget == 1.0:
+        kind = "real"
+    parts: list[Any] = [profile.workload, kind, name, k, list(order), repeat, budget, queries]
+    if kind == "simulated":
+        # A re-measured profile redoes simulated cells (a new key) and real runs (each records
+        # ``profile_fingerprint``, checked when read back).
+        parts += [profile_fingerprint(profile), SIMULATOR_MODEL]
+    return _key(*parts)
+
+
+def profile_fingerprint(profile: Any) -> str:
+    """A short hash of the profile's latency, hand-off and memory figures."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for name in sorted(profile.tasks):
+        task = profile.tasks[name]
+        for field in ("latency_ms", "handoff_ms"):
+            values = getattr(task, field, None)
+            if values is not None:
+                digest.update(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+    return digest.hexdigest()[:12]
+
 
 def evaluate(workload: Any, profile: Any, out: Path, config: EvalConfig = QUICK, *,
              progress: Progress | None = None) -> dict[str, Any]:
@@ -225,14 +277,35 @@ def evaluate(workload: Any, profile: Any, out: Path, config: EvalConfig = QUICK,
                 if config.simulate_rest and repeat == 0:
                     jobs += [("simulated", name, k, order_index, order, 0, 1.0)
                              for k in range(len(configs)) if k not in real]
-    for budget in config.budgets:
-        jobs += [("budget", config.budget_policy, k, 0, orders[0], 0, budget) for k in real]
+    # Fig. 14 at one configuration (the grid middle if run for real, else the first asked
+    # for): each budget point is a full real run (plan, preload, serve) and costs as much.
+    middle = 12 if 12 in real else real[0]
+    jobs += [("budget", config.budget_policy, middle, 0, orders[0], 0, budget)
+             for budget in config.budgets]
+    if config.order_runs:
+        from sparseloom.plan.orders import all_orders
+
+        positions = next(iter(profile.tasks.values())).n_positions
+        jobs += [("order", ORDER_PREFIX + ">".join(profile.processors[q] for q in forced),
+                  middle, 0, orders[0], 0, 1.0)
+                 for forced in all_orders(positions, range(len(profile.processors)))]
+    # Real runs go configuration by configuration (in the order asked), every contender at
+    # each, so a run cut short still compares all contenders; the Fig. 13/14 runs follow the
+    # first configuration; simulated cells come last.
+    place = {"vanilla": -1.0, "budget": 0.5, "order": 0.5, "simulated": float(len(real))}
+
+    def rank(job: tuple) -> tuple:
+        return (real.index(job[2]) if job[0] == "real" else place[job[0]], job[3], job[5])
+
+    jobs.sort(key=rank)
     cells: list[dict[str, Any]] = []
     started, ran = time.perf_counter(), 0
+    fingerprint = profile_fingerprint(profile)
     for done, (kind, name, k, order_index, order, repeat, budget) in enumerate(jobs):
-        key = _key(profile.workload, kind, name, k, list(order), repeat, budget,
-                   config.queries)
+        key = _run_key(profile, kind, name, k, order, repeat, budget, config.queries)
         found = cache.get(key)
+        if found is not None and found.get("profile_fingerprint", fingerprint) != fingerprint:
+            found = None  # planned from an older profile of the workload: run it again
         if found is None:
             if progress is not None:
                 elapsed = time.perf_counter() - started
@@ -242,10 +315,11 @@ def evaluate(workload: Any, profile: Any, out: Path, config: EvalConfig = QUICK,
                          f"(~{left:.0f}s left)" if ran else f"{name} {kind}")
             found = _run(kind, workload, profile, name, configs, k, order, repeat, budget,
                          config.queries)
+            found["profile_fingerprint"] = fingerprint
             cache.put(key, found)
             ran += kind != "simulated"
         base = {"contender": name, "order": order_index, "repeat": repeat, "budget": budget,
-                "kind": "budget" if kind == "budget" else "grid",
+                "kind": kind if kind in ("budget", "order") else "grid",
                 "source": "simulated" if kind == "simulated" else "measured"}
         if kind == "vanilla":
             cells += [base | {"slo_config": i} | cell
@@ -264,6 +338,12 @@ def _run(kind: str, workload: Any, profile: Any, name: str, configs: list, k: in
     assert k is not None
     if kind == "simulated":
         return simulated_run(profile, name, configs[k], order, queries, budget)
+    if kind == "order":
+        from sparseloom.evaluation.fixed_order import forced_order
+
+        with forced_order(name.removeprefix(ORDER_PREFIX).split(">")) as policy:
+            return real_policy_run(workload, profile, policy, configs[k], order, repeat,
+                                   queries)
     try:
         return real_policy_run(workload, profile, name, configs[k], order, repeat, queries,
                                budget)

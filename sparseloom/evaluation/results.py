@@ -14,10 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 
-from sparseloom.core.types import SLO, Plan
+from sparseloom.core.types import SLO
 from sparseloom.evaluation.simulator import SimConfig, simulate
 
 
@@ -81,68 +80,72 @@ def stitching_benefit(profile: Any, configs: Sequence[Mapping[str, SLO]]) -> lis
     return rows
 
 
-@attrs.define(eq=False)
-class FixedOrderPolicy:
-    """SparseLoom's Algorithm 1 with the processor order fixed (Fig. 13's contender)."""
-
-    order: tuple[int, ...]
-    name: str = "sparseloom-fixed-order"
-
-    def plan(self, tasks: Sequence[str], profile: Any, processors: Any,
-             slos: Mapping[str, SLO]) -> Plan:
-        from sparseloom.plan.feasible import build_plan
-        from sparseloom.plan.policy import select_tasks
-        from sparseloom.plugins.policies.sparseloom import algorithm1
-
-        table = select_tasks(profile, tasks)
-        order, choices = algorithm1(table, slos, np.array([self.order]))
-        return build_plan(self.name, table, choices, order, slos, 0.0)
-
-
-def order_throughput(profile: Any, slos: Mapping[str, SLO], queries: int = 100
-                     ) -> list[dict[str, Any]]:
-    """Fig. 13 rows: simulated throughput of Algorithm 1 under every processor order."""
+def order_throughput(profile: Any, slos: Mapping[str, SLO], queries: int = 100,
+                     report: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Fig. 13 rows: throughput of Algorithm 1 under every processor order, measured where
+    ``report`` holds a real run with that order forced, and simulated for every order."""
+    from sparseloom.evaluation.fixed_order import FixedOrderPolicy
+    from sparseloom.evaluation.harness import ORDER_PREFIX
     from sparseloom.plan.orders import all_orders
 
+    measured = {c["contender"].removeprefix(ORDER_PREFIX): c
+                for c in (report or {}).get("cells", []) if c["kind"] == "order"}
     positions = next(iter(profile.tasks.values())).n_positions
     rows = []
-    for order in all_orders(positions, range(len(profile.processors))):
-        policy = FixedOrderPolicy(tuple(int(q) for q in order))
-        result = simulate(profile, SimConfig(policy=policy.name, slos=slos, queries=queries,
-                                             monitor=False), policy=policy)
-        rows.append({"order": "-".join(profile.processors[q] for q in order),
-                     "throughput_rps": result.throughput_rps,
-                     "violation_rate": result.violation_rate, "source": "simulated"})
+    for indices in all_orders(positions, range(len(profile.processors))):
+        names = tuple(profile.processors[q] for q in indices)
+        policy = FixedOrderPolicy(order=names)
+        result = simulate(profile, SimConfig(policy=policy.name, slos=slos, queries=queries),
+                          policy=policy)
+        real = measured.get(">".join(names), {})
+        rows.append({"order": ">".join(names),
+                     "throughput_rps": real.get("throughput_rps", math.nan),
+                     "violation_rate": real.get("violation_rate", math.nan),
+                     "simulated_rps": result.throughput_rps,
+                     "simulated_violation": result.violation_rate,
+                     "source": "measured" if real else "simulated"})
     return rows
 
 
-def validation(report: Mapping[str, Any], simulated: Mapping[tuple, Mapping[str, Any]]
-               ) -> dict[str, Any]:
+def validation(report: Mapping[str, Any], simulated: Mapping[tuple, Mapping[str, Any]],
+               calibrated: Mapping[tuple, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Simulated against measured, per measured policy cell: throughput error (relative) and
-    violation-rate error (points), with their means and the share within the goals."""
+    violation-rate error (points), with their means and the share within the goals (10 %,
+    5 points). ``calibrated``: the same cells simulated with each real run's measured stage
+    slowdown per processor (``calibrated_*`` columns): what is left is the simulator's own
+    model error, the rest is the machine's contention, which the profile does not hold."""
     rows = []
     for cell in report["cells"]:
         key = (cell["contender"], cell["slo_config"], cell["order"])
         if cell["kind"] != "grid" or cell["source"] != "measured" or key not in simulated:
             continue
-        sim = simulated[key]
-        error = (sim["throughput_rps"] - cell["throughput_rps"]) / cell["throughput_rps"] \
-            if cell["throughput_rps"] else math.nan
-        rows.append({"contender": key[0], "slo_config": key[1], "order": key[2],
-                     "repeat": cell["repeat"], "measured_rps": cell["throughput_rps"],
-                     "simulated_rps": sim["throughput_rps"], "throughput_error": error,
-                     "measured_violation": cell["violation_rate"],
-                     "simulated_violation": sim["violation_rate"],
-                     "violation_error_points": 100 * (sim["violation_rate"]
-                                                     - cell["violation_rate"])})
-    return {"rows": rows,
-            "mean_abs_throughput_error": _mean([abs(r["throughput_error"]) for r in rows]),
-            "mean_abs_violation_error_points": _mean([abs(r["violation_error_points"])
-                                                      for r in rows]),
-            "within_10pct_throughput": _mean([abs(r["throughput_error"]) <= 0.10
-                                              for r in rows]),
-            "within_5pt_violation": _mean([abs(r["violation_error_points"]) <= 5
-                                           for r in rows])}
+        row = {"contender": key[0], "slo_config": key[1], "order": key[2],
+               "repeat": cell["repeat"], "measured_rps": cell["throughput_rps"],
+               "measured_violation": cell["violation_rate"],
+               "load_average": cell.get("load_average", math.nan)}
+        for prefix, source in (("", simulated), ("calibrated_", calibrated or {})):
+            sim = source.get(key)
+            rps = sim["throughput_rps"] if sim else math.nan
+            violation = sim["violation_rate"] if sim else math.nan
+            row |= {f"{prefix}simulated_rps": rps, f"{prefix}simulated_violation": violation,
+                    f"{prefix}throughput_error": (rps - cell["throughput_rps"])
+                    / cell["throughput_rps"] if cell["throughput_rps"] else math.nan,
+                    f"{prefix}violation_error_points": 100 * (violation
+                                                              - cell["violation_rate"])}
+        slowdown = (calibrated or {}).get(key, {}).get("slowdown", {})
+        row["slowdown"] = " ".join(f"{p}={v:.2f}" for p, v in slowdown.items())
+        rows.append(row)
+    summary: dict[str, Any] = {"rows": rows}
+    for prefix in ("", "calibrated_"):
+        throughput = [abs(r[f"{prefix}throughput_error"]) for r in rows]
+        points = [abs(r[f"{prefix}violation_error_points"]) for r in rows]
+        summary |= {f"{prefix}mean_abs_throughput_error": _mean(throughput),
+                    f"{prefix}mean_abs_violation_error_points": _mean(points),
+                    f"{prefix}within_10pct_throughput": _mean(
+                        [e <= 0.10 for e in throughput if not math.isnan(e)]),
+                    f"{prefix}within_5pt_violation": _mean(
+                        [e <= 5 for e in points if not math.isnan(e)])}
+    return summary
 
 
 def write_tables(out: Path, tables: Mapping[str, Any]) -> list[Path]:

@@ -1,19 +1,25 @@
 """A discrete-event simulation of the runtime, driven by the real policy objects.
 
-Each processor is a FIFO server. A request of task t walks its route (the plan's stitched
-variant and :meth:`~sparseloom.core.types.Plan.processors_of`): at position j it queues on
-processor q and is served for ``latency_ms[j, c_j, q]`` of the profile, then travels to the
-next processor for ``max(handoff_ms[j, q, q'], 0)`` (a hand-off delays the request, it does
-not occupy either server). A subgraph that is not resident is compiled and loaded the first
-time it is served there, which occupies that processor for ``compile_ms + load_ms``.
+Each processor is a FIFO server (the runtime's one worker thread per processor). A request of
+task t walks its route (the plan's stitched variant and
+:meth:`~sparseloom.core.types.Plan.processors_of`): at position j it queues on processor q and
+is served for ``latency_ms[j, c_j, q]`` of the profile. When the next position is on the same
+processor it runs at once, without a queue hop (the worker runs consecutive stages in place);
+otherwise the request travels for ``max(handoff_ms[j, q, q'], 0)`` (a hand-off delays the
+request, it occupies neither server) and joins the next processor's queue.
 
 The load, joins and re-planning follow :mod:`sparseloom.runtime.load` and
 :mod:`sparseloom.runtime.switching`: closed loop (one request in flight per task, the next one
 issued when it returns); with an arrival order the first task starts alone and task k+1 joins
-once task k completed ``join_after`` requests, and the policy plans the active tasks again.
-The runtime's :class:`~sparseloom.runtime.monitor.LatencyMonitor` judges every fresh window
-and its verdict goes to the policy's ``on_feedback``, exactly as in a real run. Requests in
-flight keep the route they were issued with.
+once task k completed ``join_after`` requests. The runtime plans a join (and a feedback
+re-plan) on its control thread while the workers go on serving: here the new routes take
+effect after the policy's measured decision time plus the compile + load time of the
+subgraphs the new routes need that are not resident (loaded off the serving path, as the
+runtime's loader does); a joining task's requests wait for its first route. The resident set
+is the preloader's plus every route of the first plan (what ``switching.start`` loads). The
+runtime's :class:`~sparseloom.runtime.monitor.LatencyMonitor` judges every fresh window and
+its verdict goes to the policy's ``on_feedback``, exactly as in a real run. Requests in flight
+keep the route they were issued with.
 
 A task violates its SLO when the profile's accuracy of the variant it served most is below the
 accuracy SLO, or when its p90 latency is above the latency SLO (the run summary's rule).
@@ -24,7 +30,7 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,9 +39,21 @@ import attrs
 from sparseloom.core.errors import SimulationError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import SLO, Plan
+from sparseloom.evaluation.simresult import (
+    SimResult,
+    SimTaskResult,
+    pipeline_bound_rps,
+    sim_result,
+)
 from sparseloom.profile.table import ProfileTable
-from sparseloom.runtime.monitor import STATISTIC, WINDOW, LatencyMonitor, make_feedback
-from sparseloom.runtime.records import LatencyStats, latency_stats
+from sparseloom.runtime.monitor import WINDOW, LatencyMonitor, make_feedback
+
+#: The runtime's bookkeeping per request outside model calls: ``sparseloom bench runtime tiny
+#: -p ort:CPU`` measured 0.14 ms/request through the runtime against 0.086 ms for a bare loop
+#: over the same sessions (docs/results.md, "Runtime overhead"): about 0.05 ms.
+REQUEST_OVERHEAD_MS = 0.05
+
+__all__ = ["SimConfig", "SimResult", "SimTaskResult", "pipeline_bound_rps", "simulate"]
 
 
 @attrs.frozen
@@ -53,6 +71,10 @@ class SimConfig:
         processors: processors to plan on (default: the profile's).
         monitor: feed the SLO monitor's verdicts to the policy's ``on_feedback``.
         window: requests per monitor window.
+        slowdown: a factor on every stage time per processor name (default 1): what a real
+            run's measured busy time says its stages took against the profile (validation).
+        request_overhead_ms: the runtime's own work per request (admission, completion,
+            scoring, the monitor, issuing the next one), done on the worker of the last stage.
     """
 
     policy: str = "sparseloom"
@@ -64,6 +86,9 @@ class SimConfig:
     processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     monitor: bool = True
     window: int = WINDOW
+    slowdown: Mapping[str, float] = attrs.field(factory=dict, converter=dict)
+    request_overhead_ms: float = attrs.field(default=REQUEST_OVERHEAD_MS,
+                                             validator=attrs.validators.ge(0.0))
 
     @property
     def join_every(self) -> int:
@@ -71,58 +96,6 @@ class SimConfig:
         if self.join_after is not None:
             return max(int(self.join_after), 1)
         return max(self.queries // 10, 1)
-
-
-@attrs.frozen
-class SimTaskResult:
-    """One task's simulated results (the run summary's fields that a simulation can give)."""
-
-    task: str
-    slo_accuracy: float
-    slo_latency_ms: float
-    variant: str
-    processors: tuple[str, ...]
-    accuracy: float
-    latency: LatencyStats
-    completed: int
-    violated: str
-
-
-@attrs.frozen
-class SimResult:
-    """A simulated run: per-task results, violation rate, throughput and what the policy did.
-
-    Attributes:
-        policy: the policy's name.
-        tasks: per-task results.
-        violation_rate: fraction of tasks that violate their SLO.
-        throughput_rps: completed requests / simulated time.
-        makespan_ms: simulated time from the first request to the last end.
-        pipeline_bound_rps: T / (busiest processor's summed stage time), final plan.
-        pipeline_share: throughput / pipeline bound.
-        utilisation: busy fraction of each processor.
-        switches: plan changes after the first (joins and feedback).
-        load_ms: compile + load time spent on non-resident subgraphs.
-        decision_seconds: summed wall time the policy took to decide.
-        resident_bytes: memory of the preloaded subgraphs.
-    """
-
-    policy: str
-    tasks: tuple[SimTaskResult, ...]
-    violation_rate: float
-    throughput_rps: float
-    makespan_ms: float
-    pipeline_bound_rps: float
-    pipeline_share: float
-    utilisation: dict[str, float]
-    switches: int
-    load_ms: float
-    decision_seconds: float
-    resident_bytes: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as plain JSON-ready data."""
-        return attrs.asdict(self)
 
 
 @attrs.frozen
@@ -134,7 +107,7 @@ class _Route:
 @attrs.define(eq=False)
 class _Job:
     task: str
-    route: _Route
+    route: _Route | None
     submitted_ms: float
     position: int = 0
 
@@ -160,6 +133,7 @@ class _Simulation:
         factory=lambda: collections.defaultdict(collections.Counter))
     monitors: dict[str, LatencyMonitor] = attrs.field(factory=dict)
     joined: list[str] = attrs.field(factory=list)
+    held: dict[str, list[_Job]] = attrs.field(factory=lambda: collections.defaultdict(list))
     switches: int = 0
     load_ms: float = 0.0
     decision_seconds: float = 0.0
@@ -168,24 +142,57 @@ class _Simulation:
     def push(self, time_ms: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (time_ms, next(self.counter), kind, payload))
 
+    def decide(self, make: Any) -> tuple[Plan | None, float]:
+        """Call the policy (``make()``); the plan and its wall time in ms."""
+        started = time.perf_counter()
+        plan = make()
+        elapsed = time.perf_counter() - started
+        self.decision_seconds += elapsed
+        return plan, 1e3 * elapsed
+
+    def route_of(self, plan: Plan, task: str) -> _Route:
+        variant = plan.variants.get(task)
+        if variant is None:
+            raise SimulationError(f"policy {self.config.policy!r} did not place task "
+                                  f"{task!r}; it placed {', '.join(plan.variants) or 'none'}")
+        order = self.profile.order_indices(list(plan.processors_of(task)))
+        return _Route(tuple(variant.choices), tuple(int(q) for q in order))
+
+    def load_missing(self, plan: Plan, tasks: list[str]) -> float:
+        """Mark the routes' subgraphs resident; the compile + load ms of those that were not."""
+        cost = 0.0
+        for task in tasks:
+            route, table = self.route_of(plan, task), self.profile.task(task)
+            for j, (choice, q) in enumerate(zip(route.choices, route.processors, strict=True)):
+                if (task, j, choice, q) not in self.resident:
+                    self.resident.add((task, j, choice, q))
+                    cost += float(table.compile_ms[j, choice, q] + table.load_ms[j, choice, q])
+        self.load_ms += cost
+        return cost
+
+    def switch_later(self, plan: Plan, tasks: list[str], decision_ms: float) -> None:
+        """Apply ``plan`` to ``tasks`` once it is decided and its subgraphs are loaded."""
+        self.switches += 1
+        delay_ms = decision_ms + self.load_missing(plan, tasks)
+        self.push(self.now_ms + delay_ms, "switch", (plan, tasks))
+
     def apply(self, plan: Plan, tasks: list[str]) -> None:
         self.plan = plan
-        self.decision_seconds += float(plan.decision_seconds)
         for task in tasks:
-            variant = plan.variants.get(task)
-            if variant is None:
-                raise SimulationError(f"policy {self.config.policy!r} did not place task "
-                                      f"{task!r}; it placed {', '.join(plan.variants) or 'none'}")
-            names = list(plan.processors_of(task))
-            order = tuple(int(q) for q in self.profile.order_indices(names))
-            self.routes[task] = _Route(tuple(variant.choices), order)
+            self.routes[task] = self.route_of(plan, task)
             self.monitors[task].reset()
+            for job in self.held.pop(task, []):
+                job.route = self.routes[task]
+                self.arrive(job.route.processors[0], job)
 
     def issue(self, task: str) -> None:
         if self.issued[task] >= self.config.queries:
             return
         self.issued[task] += 1
-        job = _Job(task, self.routes[task], self.now_ms)
+        job = _Job(task, self.routes.get(task), self.now_ms)
+        if job.route is None:  # a joining task waits for the plan that places it
+            self.held[task].append(job)
+            return
         self.arrive(job.route.processors[0], job)
 
     def arrive(self, processor: int, job: _Job) -> None:
@@ -193,16 +200,16 @@ class _Simulation:
         if not self.busy[processor]:
             self.serve_next(processor)
 
-    def serve_next(self, processor: int) -> None:
-        if not self.queues[processor]:
-            self.busy[processor] = False
-            return
-        job = self.queues[processor].popleft()
+    def start_stage(self, processor: int, job: _Job) -> None:
+        assert job.route is not None
         task = self.profile.task(job.task)
         j, choice = job.position, job.route.choices[job.position]
-        service = float(task.latency_ms[j, choice, processor])
+        service = float(task.latency_ms[j, choice, processor]) * self.config.slowdown.get(
+            self.profile.processors[processor], 1.0)
+        if j + 1 == len(job.route.choices):
+            service += self.config.request_overhead_ms
         key = (job.task, j, choice, processor)
-        if key not in self.resident:
+        if key not in self.resident:  # only a route the loader missed: loaded in place
             cost = float(task.compile_ms[j, choice, processor] + task.load_ms[j, choice, processor])
             self.load_ms += cost
             service += cost
@@ -211,9 +218,20 @@ class _Simulation:
         self.busy_ms[processor] += service
         self.push(self.now_ms + service, "done", (processor, job))
 
+    def serve_next(self, processor: int) -> None:
+        if not self.queues[processor]:
+            self.busy[processor] = False
+            return
+        self.start_stage(processor, self.queues[processor].popleft())
+
     def done(self, processor: int, job: _Job) -> None:
-        self.serve_next(processor)
         route, j = job.route, job.position
+        assert route is not None
+        if j + 1 < len(route.choices) and route.processors[j + 1] == processor:
+            job.position += 1  # the worker runs the next stage in place
+            self.start_stage(processor, job)
+            return
+        self.serve_next(processor)
         if j + 1 < len(route.choices):
             handoff = float(self.profile.task(job.task).handoff_ms[
                 j, route.processors[j], route.processors[j + 1]])
@@ -239,17 +257,19 @@ class _Simulation:
     def feedback(self) -> None:
         assert self.plan is not None
         active = {t: self.monitors[t] for t in self.joined}
-        fresh = self.policy.on_feedback(make_feedback(self.plan, active, ()))
+        fresh, decision_ms = self.decide(
+            lambda: self.policy.on_feedback(make_feedback(self.plan, active, ())))
         if fresh is not None:
-            self.switches += 1
-            self.apply(fresh, [t for t in self.joined if t in fresh.variants])
+            self.switch_later(fresh, [t for t in self.joined if t in fresh.variants],
+                              decision_ms)
 
     def join(self, task: str) -> None:
         self.joined.append(task)
-        plan = self.policy.plan(list(self.joined), self.profile, self.names,
-                                {t: self.slos[t] for t in self.joined})
-        self.switches += 1
-        self.apply(plan, list(self.joined))
+        joined = list(self.joined)
+        plan, decision_ms = self.decide(lambda: self.policy.plan(
+            joined, self.profile, self.names, {t: self.slos[t] for t in joined}))
+        assert plan is not None
+        self.switch_later(plan, joined, decision_ms)
         self.issue(task)
 
     def run(self) -> None:
@@ -259,6 +279,8 @@ class _Simulation:
                 self.done(*payload)
             elif kind == "arrive":
                 self.arrive(*payload)
+            elif kind == "switch":
+                self.apply(*payload)
 
 
 def simulate(profile: ProfileTable, config: SimConfig | None = None, *,
@@ -289,56 +311,17 @@ def simulate(profile: ProfileTable, config: SimConfig | None = None, *,
     sim.busy, sim.busy_ms = dict.fromkeys(indices, False), dict.fromkeys(indices, 0.0)
     sim.monitors = {t: LatencyMonitor(t, slos[t].latency_ms, window=config.window)
                     for t in profile.tasks}
-    first = policy.plan(list(profile.tasks), profile, names, slos)
+    first, _ = sim.decide(lambda: policy.plan(list(profile.tasks), profile, names, slos))
+    assert first is not None
     resident = preload(profile, first, budget=config.memory_budget)
     sim.resident = {(r.task, r.position, r.variant, profile.processors.index(r.processor))
                     for r in resident.resident}
+    sim.load_missing(first, list(profile.tasks))
+    sim.load_ms = 0.0  # loaded before the load starts, as switching.start does
     starting = list(order[:1]) if config.arrival_order else list(order)
-    sim.apply(first, list(profile.tasks))
+    sim.apply(first, starting)
     sim.joined = starting
     for task in starting:
         sim.issue(task)
     sim.run()
-    return _result(sim, resident.resident_bytes)
-
-
-def _result(sim: _Simulation, resident_bytes: int) -> SimResult:
-    profile = sim.profile
-    tasks = []
-    for name in sim.joined:
-        slo, samples = sim.slos[name], sim.latencies[name]
-        stats = latency_stats(samples)
-        route = sim.served[name].most_common(1)[0][0] if sim.served[name] else sim.routes[name]
-        accuracy = float(profile.task(name).accuracy(list(route.choices)))
-        sides = [side for side, bad in (
-            ("accuracy", not accuracy >= slo.accuracy),
-            ("latency", not stats.percentile(STATISTIC) <= slo.latency_ms)) if bad]
-        tasks.append(SimTaskResult(
-            name, slo.accuracy, slo.latency_ms, ",".join(map(str, route.choices)),
-            tuple(profile.processors[q] for q in route.processors), accuracy, stats,
-            len(samples), "+".join(sides)))
-    makespan = sim.now_ms
-    completed = sum(t.completed for t in tasks)
-    throughput = completed * 1e3 / makespan if makespan > 0 else math.nan
-    bound = pipeline_bound_rps(profile, {n: sim.routes[n] for n in sim.joined})
-    return SimResult(
-        policy=sim.config.policy, tasks=tuple(tasks),
-        violation_rate=sum(1 for t in tasks if t.violated) / len(tasks) if tasks else math.nan,
-        throughput_rps=throughput, makespan_ms=makespan, pipeline_bound_rps=bound,
-        pipeline_share=throughput / bound if bound > 0 else math.nan,
-        utilisation={profile.processors[q]: (b / makespan if makespan > 0 else 0.0)
-                     for q, b in sim.busy_ms.items()},
-        switches=sim.switches, load_ms=sim.load_ms, decision_seconds=sim.decision_seconds,
-        resident_bytes=int(resident_bytes))
-
-
-def pipeline_bound_rps(profile: ProfileTable, routes: Mapping[str, Any]) -> float:
-    """T / (busiest processor's summed stage time) in requests/s, for routes with ``choices``
-    and processor indices ``processors``; NaN without routes."""
-    load = collections.Counter()
-    for name, route in routes.items():
-        latency = profile.task(name).latency_ms
-        for j, (choice, q) in enumerate(zip(route.choices, route.processors, strict=True)):
-            load[q] += float(latency[j, choice, q])
-    busiest = max(load.values(), default=0.0)
-    return len(routes) * 1e3 / busiest if busiest > 0 else math.nan
+    return sim_result(sim, resident.resident_bytes)

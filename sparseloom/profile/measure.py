@@ -1,18 +1,25 @@
 """Latency profiling of subgraphs: every (task, position, variant, processor), batch size 1.
 
-Every subgraph of a task is compiled and loaded once on every processor (compile time, load
-time and loaded memory are recorded) and warmed up. Then it is timed in *interleaved rounds*:
-each round runs every (subgraph, processor) once, each processor's runs shuffled and dealt
-round-robin across processors. Two things follow. Noise (a busy neighbour, a frequency change)
-hits all subgraphs alike instead of whichever ran at that moment; and consecutive runs
-alternate between processors exactly as the positions of a chain do, so every timing includes
-waking a processor that sat idle while the other worked — on this machine that wake-up is
-0.1–0.2 ms per position, a large share of a sub-millisecond subgraph. The median and the
-inter-quartile range of the rounds are kept.
+Everything is timed the way the runtime runs it (:mod:`sparseloom.profile.pinned`): one thread
+per processor, pinned to its cores, calls each loaded model *in place* (its ``runner``, as the
+runtime's worker does), and boundary tensors are handed between the threads' queues.
 
-The hand-off cost of boundary ``j`` for processors (a, b) is timed in the same rounds: the
-dense subgraph at ``j`` on ``a`` feeding the one at ``j + 1`` on ``b``, exactly as a chain
-passes its boundary tensors; the hand-off is that median minus the two subgraphs' medians.
+Every subgraph of a task is compiled and loaded once on every processor (compile time, load
+time and loaded memory are recorded) and warmed up on its processor's thread. Then it is timed
+in *interleaved rounds*: each round runs every (subgraph, processor) once, each processor's runs
+shuffled and dealt round-robin across processors, so noise (a busy neighbour, a frequency
+change) hits all subgraphs alike instead of whichever ran at that moment. A **stage time** is
+the model call alone, stamped on the pinned thread around it.
+
+A **hand-off** ``handoff_ms[j, a, b]`` is timed in the same rounds as a two-stage chain (the
+dense subgraph at ``j`` on ``a`` feeding the one at ``j + 1`` on ``b``): the time from the end
+of the first call on ``a``'s thread to the start of the second on ``b``'s thread. For ``a != b``
+that is a queue put and the wake-up of ``b``'s idle thread; for ``a == b`` the next stage runs
+at once on the same thread, so it is next to nothing.
+
+Validation chains (``chains``) are isolated requests through the same threads, timed from the
+first stage's start to the last stage's end. Subgraphs, hand-offs and chains all report the
+configured statistic of their rounds (:class:`ProfilerConfig`).
 
 A subgraph that fails to compile, load or run is recorded as a :class:`ProfileFailure` naming
 the subgraph and processor; its cells stay NaN and everything else is kept.
@@ -30,6 +37,16 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import Processor
+from sparseloom.profile.pinned import ModelCall, PinnedThreads, Stage
+from sparseloom.profile.rounds import (
+    Cell,
+    Chain,
+    ChainTimingItem,
+    HandoffTiming,
+    SingleTiming,
+    Timing,
+    schedule,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +80,7 @@ class ProfilerConfig:
     def cache_key(self) -> dict[str, Any]:
         """What of this config changes the measurements (part of the profile cache key)."""
         return {"warmup": self.warmup, "repeats": self.repeats, "batch_size": 1,
-                "schedule": 2, "statistic": self.statistic}
+                "schedule": 3, "statistic": self.statistic}
 
     def reduce(self, samples: np.ndarray) -> float:
         """The configured statistic of ``samples`` (NaN when empty)."""
@@ -148,47 +165,31 @@ def _spread(samples: np.ndarray) -> float:
     return float(q75 - q25)
 
 
-def _handoff(pair: dict[int, float], first: dict[int, float], second: dict[int, float],
-             config: ProfilerConfig) -> float:
-    """Hand-off cost: what the chained pair takes beyond its two subgraphs alone.
-
-    For the median, the median over rounds of ``pair − first − second`` of the same round
-    (which cancels the load level each round ran under); for a low percentile, that
-    percentile of the pair minus those of the two subgraphs (a percentile of differences
-    would mix a fast run of one with a slow run of the other).
-    """
-    if config.statistic != "median":
-        return config.reduce(np.asarray(list(pair.values()))) - config.reduce(
-            np.asarray(list(first.values()))) - config.reduce(np.asarray(list(second.values())))
-    residuals = [value - first[r] - second[r] for r, value in pair.items()
-                 if r in first and r in second]
-    return config.reduce(np.asarray(residuals)) if residuals else float("nan")
+def direct_call(backend: Any, handle: Any) -> ModelCall:
+    """What the runtime's worker calls in place: the loaded model's ``runner`` when it has one
+    (the built-in backends: the runtime's bare call), else ``backend.infer`` (which runs in
+    place on a thread pinned to the processor's cores)."""
+    runner = getattr(handle, "runner", None)
+    return runner if callable(runner) else partial(backend.infer, handle)
 
 
-Item = tuple[Any, ...]
-Chain = tuple[Sequence[int], Sequence[int]]
+@attrs.define(eq=False)
+class _Loaded:
+    """The task's loaded subgraphs and how to chain them on the pinned threads."""
 
+    by_key: Mapping[tuple[int, int], SubgraphJob]
+    models: dict[Cell, tuple[Any, Any]] = attrs.field(factory=dict)
+    live: set[Cell] = attrs.field(factory=set)
 
-def _schedule(
-    items: Sequence[Item], processor_of: Callable[[Item], int], rng: np.random.Generator
-) -> list[Item]:
-    """One round: each processor's items shuffled, then dealt round-robin across processors.
+    def stage(self, cell: Cell, call: ModelCall | None = None) -> Stage:
+        backend, handle = self.models[cell]
+        names = getattr(handle, "input_names", None) or tuple(self.by_key[cell[:2]].inputs)
+        return Stage(cell[2], call or direct_call(backend, handle), tuple(names))
 
-    Consecutive runs then alternate between processors, as the positions of a chain do, so
-    each timing includes the wake-up of a processor that was idle while another worked.
-    """
-    queues: dict[int, list[Item]] = {}
-    for item in items:
-        queues.setdefault(processor_of(item), []).append(item)
-    for queue in queues.values():
-        rng.shuffle(queue)  # type: ignore[arg-type]
-    owners = [int(p) for p in rng.permutation(sorted(queues))]
-    order: list[Item] = []
-    while any(queues.values()):
-        for owner in owners:
-            if queues[owner]:
-                order.append(queues[owner].pop())
-    return order
+    def run(self, threads: PinnedThreads, item: Timing) -> float:
+        cells = item.cells()
+        stages = [self.stage(cell) for cell in cells]
+        return item.sample(threads.run(stages, self.by_key[cells[0][:2]].inputs))
 
 
 def measure_task(
@@ -204,15 +205,13 @@ def measure_task(
 ) -> TaskMeasurement:
     """Compile, load and time every job on every processor, and every boundary's hand-off.
 
-    Items timed in the same interleaved rounds: singles ``("s", j, v, p)``; dense hand-off
-    pairs ``("h", j, a, b)`` (position ``j`` on ``a`` feeding ``j + 1`` on ``b``); and, for
-    validation, whole ``chains`` ``(choices, order)`` run exactly as
-    :class:`~sparseloom.zoo.stitch.StitchedModel` runs a request. ``tick(n)`` reports
-    progress. Failures are recorded with the subgraph and processor; their cells stay NaN.
+    Timed in the same interleaved rounds, all on one pinned thread per processor with models
+    called in place (:mod:`sparseloom.profile.pinned`): every subgraph alone
+    (:class:`SingleTiming`), every dense hand-off pair (:class:`HandoffTiming`) and, for
+    validation, every ``chains`` entry ``(choices, order)`` as an isolated request
+    (:class:`ChainTimingItem`). ``tick(n)`` reports progress. Failures are recorded with the
+    subgraph and processor; their cells stay NaN.
     """
-    from sparseloom.core.types import StitchedVariant
-    from sparseloom.zoo.stitch import StitchedModel
-
     positions = 1 + max(job.position for job in jobs)
     variants = 1 + max(job.variant for job in jobs)
     count = len(processors)
@@ -224,113 +223,114 @@ def measure_task(
         memory_bytes=np.zeros(shape, dtype=np.int64),
         handoff_ms=np.full((max(positions - 1, 0), count, count), np.nan), failures=[],
         chain_ms=np.full(len(chains), np.nan))
-    by_key = {(job.position, job.variant): job for job in jobs}
+    loaded = _Loaded({(job.position, job.variant): job for job in jobs})
     tick = tick or (lambda _: None)
-    loaded: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-    failed: set[Item] = set()
 
-    def fail(j: int, v: int, where: str, operation: str, error: BaseException) -> None:
-        failure = ProfileFailure(task, j, v, where, operation, _describe(error))
+    def fail(where: tuple[int, int, str, str], error: BaseException) -> None:
+        failure = ProfileFailure(task, *where, _describe(error))
         log.warning("profiling: %s", failure.describe())
         result.failures.append(failure)
 
-    try:
-        for p, processor in enumerate(processors):
-            for job in jobs:
-                key = (job.position, job.variant, p)
+    with PinnedThreads(processors) as threads:
+        try:
+            _load_and_warm(loaded, jobs, processors, resolve_backend, config, threads, result,
+                           fail, tick)
+            items = _timings(loaded.live, positions, count, chains)
+            samples = _time_rounds(loaded, items, threads, config, seed, bool(chains),
+                                   processors, fail, tick)
+            _record(result, samples, config)
+        finally:
+            for backend, handle in loaded.models.values():
                 try:
-                    backend = resolve_backend(processor)
-                    compiled, result.compile_ms[key] = _timed(
-                        partial(backend.compile, job.model_path, processor))
-                    handle, result.load_ms[key] = _timed(
-                        partial(backend.load, compiled, processor))
-                    loaded[key] = (backend, handle)
-                    result.memory_bytes[key] = int(getattr(handle, "memory_bytes", 0))
-                    for _ in range(config.warmup):
-                        backend.infer(handle, job.inputs)
-                except Exception as error:
-                    operation = "warm-up infer" if key in loaded else "compile/load"
-                    fail(job.position, job.variant, processor.name, operation, error)
-                    failed.add(("s", *key))
-                tick(1)
-        live = {key for key in loaded if ("s", *key) not in failed}
-        items: list[Item] = [("s", *key) for key in sorted(live)]
-        items += [("h", j, a, b) for j in range(positions - 1) for a in range(count)
-                  for b in range(count) if {(j, 0, a), (j + 1, 0, b)} <= live]
-        models: dict[int, Any] = {}
-        for index, (choices, order) in enumerate(chains):
-            keys = [(j, int(v), int(p))
-                    for j, (v, p) in enumerate(zip(choices, order, strict=True))]
-            if set(keys) <= live:
-                models[index] = StitchedModel(
-                    StitchedVariant(task, choices),
-                    tuple(processors[int(p)].name for p in order), [loaded[k] for k in keys])
-                items.append(("c", index, int(order[0])))
-        first_inputs = by_key[0, 0].inputs
-
-        def run(item: Item) -> float:
-            if item[0] == "s":
-                backend, handle = loaded[item[1:]]
-                inputs = by_key[item[1], item[2]].inputs
-                return _timed(lambda: backend.infer(handle, inputs))[1]
-            if item[0] == "c":
-                return _timed(lambda: models[item[1]].run_once(first_inputs))[1]
-            _, j, a, b = item
-            (first_backend, first), (second_backend, second) = loaded[j, 0, a], loaded[j + 1, 0, b]
-            first_feed, second_feed = by_key[j, 0].inputs, by_key[j + 1, 0].inputs
-            return _timed(lambda: second_backend.infer(second, chain_inputs(
-                first_backend.infer(first, first_feed), second_feed)))[1]
-
-        samples: dict[Item, dict[int, float]] = {item: {} for item in items}
-        rng = np.random.default_rng(seed)
-        for round_index in range(-config.warmup if chains else 0, config.repeats):
-            for item in _schedule(items, lambda i: i[-1] if i[0] != "h" else i[2], rng):
-                if item in failed:
-                    continue
-                try:
-                    elapsed = run(item)
-                except Exception as error:
-                    fail(*_where(item, chains, processors), error)
-                    failed.add(item)
-                    continue
-                if round_index >= 0:  # negative rounds warm the chains up
-                    samples[item][round_index] = elapsed
-            tick(1)
-        for item, by_round in samples.items():
-            values = np.asarray(list(by_round.values()))
-            if item in failed or not values.size:
-                continue
-            if item[0] == "s":
-                result.latency_ms[item[1:]] = config.reduce(values)
-                result.median_ms[item[1:]] = float(np.median(values))
-                result.spread_ms[item[1:]] = _spread(values)
-            elif item[0] == "c":
-                result.chain_ms[item[1]] = config.reduce(values)
-        for item, by_round in samples.items():
-            if item[0] == "h" and item not in failed and by_round:
-                _, j, a, b = item
-                result.handoff_ms[j, a, b] = _handoff(
-                    by_round, samples.get(("s", j, 0, a), {}), samples.get(("s", j + 1, 0, b), {}),
-                    config)
-    finally:
-        for backend, handle in loaded.values():
-            try:
-                backend.unload(handle)
-            except Exception as error:  # an unload failure must not lose the measurements
-                log.warning("profiling: unloading failed: %s", error)
+                    backend.unload(handle)
+                except Exception as error:  # an unload failure must not lose the measurements
+                    log.warning("profiling: unloading failed: %s", error)
     return result
 
 
-def _where(item: Item, chains: Sequence[Chain], processors: Sequence[Processor]
-           ) -> tuple[int, int, str, str]:
-    """(position, variant, processor, operation) of a failed item, for its failure record."""
-    if item[0] == "s":
-        return item[1], item[2], processors[item[3]].name, "infer"
-    if item[0] == "h":
-        return item[1], 0, f"{processors[item[2]].name}->{processors[item[3]].name}", "hand-off"
-    choices, order = chains[item[1]]
-    names = "->".join(processors[int(p)].name for p in order)
-    return 0, int(choices[0]), names, f"chain {list(map(int, choices))}"
+def _load_and_warm(
+    loaded: _Loaded, jobs: Sequence[SubgraphJob], processors: Sequence[Processor],
+    resolve_backend: BackendResolver, config: ProfilerConfig, threads: PinnedThreads,
+    result: TaskMeasurement, fail: Callable[[tuple[int, int, str, str], BaseException], None],
+    tick: Callable[[int], None],
+) -> None:
+    """Compile and load every job on every processor, and warm each up on its pinned thread
+    through ``backend.infer`` (which checks the inputs once, as the runtime does at load)."""
+    for p, processor in enumerate(processors):
+        for job in jobs:
+            cell = (job.position, job.variant, p)
+            try:
+                backend = resolve_backend(processor)
+                compiled, result.compile_ms[cell] = _timed(
+                    partial(backend.compile, job.model_path, processor))
+                handle, result.load_ms[cell] = _timed(partial(backend.load, compiled, processor))
+                loaded.models[cell] = (backend, handle)
+                result.memory_bytes[cell] = int(getattr(handle, "memory_bytes", 0))
+                checked = loaded.stage(cell, partial(backend.infer, handle))
+                for _ in range(config.warmup):
+                    threads.run([checked], job.inputs)
+                loaded.live.add(cell)
+            except Exception as error:
+                operation = "warm-up infer" if cell in loaded.models else "compile/load"
+                fail((job.position, job.variant, processor.name, operation), error)
+            tick(1)
+
+
+def _timings(live: set[Cell], positions: int, count: int, chains: Sequence[Chain]
+             ) -> list[Timing]:
+    """Everything to time each round, of the subgraphs that loaded and warmed up."""
+    items: list[Timing] = [SingleTiming(*cell) for cell in sorted(live)]
+    items += [HandoffTiming(j, a, b) for j in range(positions - 1) for a in range(count)
+              for b in range(count) if {(j, 0, a), (j + 1, 0, b)} <= live]
+    for index, (choices, order) in enumerate(chains):
+        chain = ChainTimingItem(index, choices, order)
+        if set(chain.cells()) <= live:
+            items.append(chain)
+    return items
+
+
+def _time_rounds(
+    loaded: _Loaded, items: list[Timing], threads: PinnedThreads, config: ProfilerConfig,
+    seed: int, warm_chains: bool, processors: Sequence[Processor],
+    fail: Callable[[tuple[int, int, str, str], BaseException], None],
+    tick: Callable[[int], None],
+) -> dict[Timing, list[float]]:
+    """``config.repeats`` interleaved rounds (after ``config.warmup`` untimed ones when there
+    are validation chains to warm up); the samples of every item that never failed."""
+    samples: dict[Timing, list[float]] = {item: [] for item in items}
+    failed: set[Timing] = set()
+    rng = np.random.default_rng(seed)
+    for round_index in range(-config.warmup if warm_chains else 0, config.repeats):
+        for item in schedule(items, rng):
+            if item in failed:
+                continue
+            try:
+                elapsed = loaded.run(threads, item)
+            except Exception as error:
+                fail(item.where(processors), error)
+                failed.add(item)
+                continue
+            if round_index >= 0:
+                samples[item].append(elapsed)
+        tick(1)
+    return {item: values for item, values in samples.items()
+            if item not in failed and values}
+
+
+def _record(result: TaskMeasurement, samples: Mapping[Timing, list[float]],
+            config: ProfilerConfig) -> None:
+    """Reduce every item's samples into its cell of ``result``."""
+    for item, values in samples.items():
+        array = np.asarray(values)
+        if isinstance(item, SingleTiming):
+            cell = item.cells()[0]
+            result.latency_ms[cell] = config.reduce(array)
+            result.median_ms[cell] = float(np.median(array))
+            result.spread_ms[cell] = _spread(array)
+        elif isinstance(item, HandoffTiming):
+            result.handoff_ms[item.position, item.first, item.second] = config.reduce(array)
+        elif isinstance(item, ChainTimingItem):
+            result.chain_ms[item.index] = config.reduce(array)
 
 
 def chain_inputs(

@@ -5,9 +5,10 @@
   stitched variants) and judged on the variants it did not see: top-K recall, Spearman's ρ,
   MAE. Training sets are redrawn ``repeats`` times and the figures averaged, so one lucky
   draw does not decide the verdict.
-* Latency: random stitched variants under random processor orders are run end to end as
-  chains across the processors (interleaved rounds, medians) and compared with the latency
-  estimator: MAE and MAPE.
+* Latency: random stitched variants under random processor orders are run end to end as the
+  runtime runs an isolated request (every stage in place on its processor's pinned thread,
+  boundary tensors handed between the threads' queues; interleaved rounds, the profile's
+  statistic) and compared with the latency estimator: MAE and MAPE.
 * Cost: the profiling wall time with estimators against exhaustive profiling, measured where
   it was run and extrapolated from measured unit costs (to V = 10 as in the paper's Fig. 12).
 """

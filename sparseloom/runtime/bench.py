@@ -98,8 +98,15 @@ def benchmark_runtime(workload: Any, profile: Any, *, processor: str | None = No
             runtime.stop()
         runtime_ms = statistics.median(served) * 1e3
         bare_ms = statistics.median(bare) * 1e3
+        # Each round's runtime pass is paired with the bare pass right after it, so noise from
+        # other work on the machine (slow drifts) cancels within a pair; the spread of the
+        # paired overheads says how far one run's figure can be trusted.
+        paired = sorted(100.0 * (s / b - 1) for s, b in zip(served, bare, strict=True))
         results.append({"task": task_name, "processor": name, "positions": zoo.positions,
                         "requests": len(samples), "rounds": rounds, "runtime_ms": runtime_ms,
                         "bare_ms": bare_ms, "overhead_pct": 100.0 * (runtime_ms / bare_ms - 1),
+                        "paired_overhead_pct": statistics.median(paired),
+                        "paired_min_pct": paired[0], "paired_max_pct": paired[-1],
+                        "python_us_per_request": (runtime_ms - bare_ms) * 1e3,
                         "goal_pct": 5.0})
     return {"workload": workload.name, "processor": name, "tasks": results}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("sparseloom.runtime")
@@ -28,6 +29,9 @@ class ControlThread:
         self._lock = threading.Lock()
         #: Errors raised by jobs, as text (a job's error never stops the run).
         self.errors: list[str] = []
+        #: Wall ms of every job run, in order (the summary notes the longest: a load holds
+        #: the GIL while a backend builds its session, and every worker waits meanwhile).
+        self.job_ms: list[float] = []
 
     def start(self) -> None:
         """Start the thread."""
@@ -58,11 +62,13 @@ class ControlThread:
             job = self._queue.get()
             if job is _STOP:
                 return
+            started = time.perf_counter()
             try:
                 job()  # type: ignore[operator]
             except Exception as error:  # a job's error is reported in the summary; the run goes on
                 log.exception("runtime control job failed")
                 self.errors.append(f"{type(error).__name__}: {error}")
+            self.job_ms.append((time.perf_counter() - started) * 1e3)
             with self._lock:
                 self._pending -= 1
                 if self._pending == 0:

@@ -95,8 +95,18 @@ class _Driver:
     stop: threading.Event = attrs.field(factory=threading.Event)
     started_s: float = 0.0
     _lock: threading.RLock = attrs.field(factory=threading.RLock)
+    closed: bool = attrs.field(init=False)
+    queries: int | None = attrs.field(init=False)
+    duration_s: float | None = attrs.field(init=False)
+    ordered: bool = attrs.field(init=False)
+    join_every: int = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        self.ordered = bool(self.spec.arrival_order)
+        self.join_every = self.spec.join_every
+        self.closed = self.spec.kind == "closed"
+        self.queries = self.spec.queries
+        self.duration_s = self.spec.duration_s
         self.issued = dict.fromkeys(self.tasks, 0)
         self.ended = dict.fromkeys(self.tasks, 0)
         rng = random.Random(self.spec.seed)
@@ -124,13 +134,26 @@ class _Driver:
         self.runtime.submit(task, rows[count % len(rows)])
 
     def on_finish(self, request: Request) -> None:
+        """Count the ended request; in closed loop issue the task's next one from here.
+
+        Closed loop keeps one request per task in flight, so only the thread that ends a
+        task's request touches that task's counters: no lock on this path (joins and Poisson
+        arrivals, which race with it, take the lock).
+        """
         task = request.task
-        with self._lock:
-            self.ended[task] += 1
-            ended = self.ended[task]
-        if self.spec.kind == "closed":
-            self.issue(task)
-        if self.joined and task == self.joined[-1] and ended == self.spec.join_every:
+        if self.closed:
+            ended = self.ended[task] = self.ended[task] + 1
+            count = self.issued[task]
+            if (not self.stop.is_set() and (self.queries is None or count < self.queries)
+                    and (self.duration_s is None
+                         or time.perf_counter() - self.started_s < self.duration_s)):
+                self.issued[task] = count + 1
+                rows = self.samples[task]
+                self.runtime.submit(task, rows[count % len(rows)])
+        else:
+            with self._lock:
+                ended = self.ended[task] = self.ended[task] + 1
+        if self.ordered and ended == self.join_every and task == self.joined[-1]:
             self.join_next()
 
     def join_next(self) -> None:

@@ -8,11 +8,17 @@ carries from one processor's queue to the next, where it is, and how it ended.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
+import numpy as np
 
 from sparseloom.core.types import StitchedVariant
+
+#: What a finished request's inputs and boundary tensors are replaced by (one shared empty
+#: mapping, so ending a request allocates nothing).
+RELEASED: Mapping[str, Any] = MappingProxyType({})
 
 
 def _str_tuple(values: Any) -> tuple[str, ...]:
@@ -32,6 +38,14 @@ class Route:
     variant: StitchedVariant
     processors: tuple[str, ...] = attrs.field(converter=_str_tuple)
     version: int = 0
+    #: ``(task, position, variant)`` of each position, the key a worker finds the model by;
+    #: built once per route so the hot path allocates no key per stage.
+    keys: tuple[tuple[str, int, int], ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        task = self.variant.task
+        object.__setattr__(self, "keys", tuple(
+            (task, position, choice) for position, choice in enumerate(self.variant.choices)))
 
     @processors.validator
     def _check(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -75,7 +89,9 @@ class Request:
         ran_on: the processor that ran each finished position (dispatch or retry may differ
             from the route's).
         retries: stages retried on another processor.
-        output: the last stage's scored output (one row), once completed.
+        output_batch: the last stage's scored output as the backend returned it (batch 1),
+            once completed; :attr:`output` is its row, sliced only when read (not on the
+            hot path).
         finished_s: ``time.perf_counter()`` when it completed or failed.
         status: ``pending``, ``completed`` or ``failed``.
         reason: why it failed.
@@ -91,10 +107,16 @@ class Request:
     carried: Mapping[str, Any] = attrs.field(factory=dict)
     ran_on: list[str] = attrs.field(factory=list)
     retries: int = 0
-    output: Any = None
+    output_batch: Any = None
     finished_s: float = 0.0
     status: str = "pending"
     reason: str = ""
+
+    @property
+    def output(self) -> Any:
+        """The scored output's row (``None`` until completed)."""
+        batch = self.output_batch
+        return None if batch is None else np.asarray(batch)[0]
 
     @property
     def latency_ms(self) -> float:

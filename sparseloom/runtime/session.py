@@ -151,6 +151,12 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
             "fault_rate": config.options.fault_rate,
             "slo_sources": dict(sources), "setup_s": load.started_s - started,
         }
+        jobs = runtime.control.job_ms
+        if jobs:
+            runtime.notes.append(
+                f"control thread: {len(jobs)} job(s), {sum(jobs):.0f} ms, longest "
+                f"{max(jobs):.0f} ms (loads for a switch hold the GIL while a backend builds "
+                f"its session: every worker waits meanwhile, docs/runtime.md)")
         summary = summarize(runtime, load, spec, settings=settings, memory=memory)
         return RunResult(summary, tuple(records(runtime)), plan, preload)
     finally:

@@ -96,9 +96,10 @@ def _record(runtime: Runtime, request: Request) -> RequestRecord:
     route = request.route
     correct = None
     task = runtime.tasks[request.task].task
-    if request.output is not None and request.sample >= 0 and np.ndim(request.output) == 1 \
+    output = request.output
+    if output is not None and request.sample >= 0 and np.ndim(output) == 1 \
             and task.labels.ndim == 1:
-        correct = bool(int(np.argmax(request.output)) == int(task.labels[request.sample]))
+        correct = bool(int(np.argmax(output)) == int(task.labels[request.sample]))
     return RequestRecord(
         request.request_id, request.task, request.sample, request.status,
         request.submitted_s - runtime.started_s, request.finished_s - runtime.started_s,
@@ -113,7 +114,8 @@ def measured_accuracy(runtime: Runtime, task: str) -> float:
 
     served = runtime.tasks[task].task
     done = sorted((r for r in runtime.finished if r.task == task and r.status == "completed"
-                   and r.output is not None and r.sample >= 0), key=lambda r: r.request_id)
+                   and r.output_batch is not None and r.sample >= 0),
+                  key=lambda r: r.request_id)
     if not done:
         return math.nan
     outputs = np.stack([r.output for r in done])

@@ -41,3 +41,12 @@ def test_evaluate_quick_writes_json_and_figures(tmp_path: Path,
         document)
     assert [r["contender"] for r in document["contenders"]] == ["sparseloom", "vanilla-ov"]
     assert (tmp_path / "fig10_violation.png").exists()
+
+
+def test_sweep_prints_a_row_per_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--workload", "", "--policy", "av-p", "--queries", "5",
+                 "--out", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["case"] for r in rows] == ["T=4 S=3 V=10 P=3", "T=16", "V=20", "S=4", "P=4"]
+    assert rows[1]["tasks"] == 16 and rows[4]["processors"] == 4
+    assert (tmp_path / "sweep.csv").exists()

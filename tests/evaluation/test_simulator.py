@@ -32,7 +32,8 @@ def _pipeline(tasks: tuple[str, ...], handoff_ms: float = 0.0) -> ProfileTable:
 
 def test_one_task_pipeline_latency_is_the_chain_plus_handoff() -> None:
     table = _pipeline(("x",), handoff_ms=0.5)
-    result = simulate(table, SimConfig(queries=5, slos={"x": SLO(0.8, 3.4)}),
+    result = simulate(table, SimConfig(queries=5, request_overhead_ms=0,
+                                       slos={"x": SLO(0.8, 3.4)}),
                       policy=_FixedPolicy())
     (task,) = result.tasks
     assert task.latency.p50_ms == pytest.approx(3.5)
@@ -47,7 +48,8 @@ def test_two_tasks_share_the_bottleneck_as_computed_by_hand() -> None:
     # for X on A first: 5, 4, 4, 4; the last request ends at 17 ms; A is busy 16 of 17 ms.
     table = _pipeline(("x", "y"))
     slos = {"x": SLO(0.8, 4.5), "y": SLO(0.95, 10.0)}
-    result = simulate(table, SimConfig(queries=4, slos=slos, monitor=False),
+    result = simulate(table, SimConfig(queries=4, slos=slos, monitor=False,
+                                       request_overhead_ms=0),
                       policy=_FixedPolicy())
     by_task = {t.task: t for t in result.tasks}
     assert by_task["x"].latency.mean_ms == pytest.approx(15 / 4)
@@ -69,7 +71,7 @@ def test_loading_a_non_resident_subgraph_occupies_its_processor() -> None:
     # A budget of 0 bytes cannot hold the plan's own subgraphs.
     with pytest.raises(Exception, match="budget"):
         simulate(table, SimConfig(queries=2, memory_budget=0), policy=_FixedPolicy())
-    result = simulate(table, SimConfig(queries=2), policy=_FixedPolicy())
+    result = simulate(table, SimConfig(queries=2, request_overhead_ms=0), policy=_FixedPolicy())
     assert result.load_ms == 0.0 and result.makespan_ms == pytest.approx(6.0)
 
 

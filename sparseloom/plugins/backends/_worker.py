@@ -14,18 +14,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sparseloom.core.errors import ConfigError
-from sparseloom.core.processors import allowed_cores
+from sparseloom.core.processors import allowed_cores, pin_current_thread
 from sparseloom.core.types import Processor
 
 T = TypeVar("T")
 
 _pools: dict[tuple[str, tuple[int, ...], int], ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
-
-
-def _pin(cores: tuple[int, ...]) -> None:
-    if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cores)
 
 
 def check_cores(processor: Processor) -> None:
@@ -48,7 +43,7 @@ def executor_for(processor: Processor) -> ThreadPoolExecutor:
             pool = ThreadPoolExecutor(
                 max_workers=processor.streams,
                 thread_name_prefix=f"sparseloom-{processor.name}",
-                initializer=_pin,
+                initializer=pin_current_thread,
                 initargs=(tuple(processor.cores),),
             )
             _pools[key] = pool

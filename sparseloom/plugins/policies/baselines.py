@@ -6,10 +6,13 @@ stitched variants are SparseLoom's own contribution.
 * **Variant selection.** SV-AO: the most accurate original whatever the SLO. SV-LO: the
   fastest original whatever the SLO. AV: per SLO, the fastest original that meets it, else
   the one closest to it (the distance of :mod:`sparseloom.plan.feasible`).
-* **P (partitioned).** Every task's chain runs over one fixed global order: the order of Ω
-  with the lowest mean latency of the tasks' *dense* models. It is the fair choice because it
-  is what a partitioning system tuned for its unmodified models would pick, and it does not
-  depend on the SLO, which these systems do not co-optimise with placement.
+* **P (partitioned).** Every task's chain runs over one fixed global order: among the orders
+  that really partition — that use ``min(S, P)`` distinct processors, so the subgraphs of one
+  variant run on different processors as the partitioning systems do — the one with the
+  lowest mean latency of the tasks' *dense* models. It is the fair choice because it is what a
+  partitioning system tuned for its unmodified models would pick, and it does not depend on
+  the SLO, which these systems do not co-optimise with placement. (An order that keeps every
+  position on one processor would make P the same as NP.)
 * **NP (not partitioned).** Each task's whole variant runs on one processor. Tasks are placed
   greedily, longest first (by their fastest single-processor latency): each goes to the
   processor where ``load + its latency there`` is least — list scheduling by earliest
@@ -41,8 +44,12 @@ def dense_variant(profile: TaskProfile) -> int:
 
 
 def dense_order(table: ProfileTable) -> np.ndarray:
-    """The fixed order of the P baselines: least mean latency of the tasks' dense models."""
+    """The fixed order of the P baselines: among the orders using ``min(S, P)`` distinct
+    processors, the one with the least mean latency of the tasks' dense models."""
     orders = all_orders(common_positions(table), range(len(table.processors)))
+    spread = min(orders.shape[1], len(table.processors))
+    distinct = np.array([len(set(order.tolist())) for order in orders])
+    orders = orders[distinct >= spread]
     mean = np.zeros(len(orders))
     for profile in table.tasks.values():
         row = original_rows(profile)[dense_variant(profile)]

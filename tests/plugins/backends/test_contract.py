@@ -10,11 +10,9 @@ the default set (issue #13 points 1 and 5).
 from __future__ import annotations
 
 import json
-from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
-import attrs
 import numpy as np
 import onnx
 import pytest
@@ -28,54 +26,14 @@ from sparseloom.core.types import Processor
 from sparseloom.workload.inference import run_batched
 from sparseloom.zoo.options import default_subgraphs
 from tests.plugins.backends.models import linear_model, linear_weights
+from tests.plugins.backends.protocol_only import ProtocolOnlyBackend
 
 
-@attrs.define(eq=False)
-class MinimalLoaded:
-    """Only what the LoadedModel protocol requires, plus the backend's private session."""
+class MinimalBackend(ProtocolOnlyBackend):
+    """Two processors: one without cores (sparseloom pins it), one with the backend's own."""
 
-    processor: Processor
-    memory_bytes: int
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-    _session: object = attrs.field(alias="_session", repr=False)
-
-
-class MinimalBackend:
-    """ONNX Runtime under another name, written against the protocol alone."""
-
-    def devices(self) -> list[Processor]:
-        return [Processor("mini:CPU", "mini", "CPU"),
-                Processor("mini:CPU2", "mini", "CPU2", cores=(0,), threads=1)]
-
-    def compile(self, model: onnx.ModelProto | str, processor: Processor) -> bytes:
-        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
-        return proto.SerializeToString()
-
-    def load(self, compiled: bytes, processor: Processor) -> MinimalLoaded:
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(compiled, providers=["CPUExecutionProvider"])
-        return MinimalLoaded(processor, 1024, tuple(i.name for i in session.get_inputs()),
-                             tuple(o.name for o in session.get_outputs()), session)
-
-    def infer(self, loaded: MinimalLoaded, inputs: dict) -> dict[str, np.ndarray]:
-        outputs = loaded._session.run(list(loaded.output_names), dict(inputs))
-        return dict(zip(loaded.output_names, outputs, strict=True))
-
-    def infer_async(self, loaded: MinimalLoaded, inputs: dict) -> Future:
-        future: Future = Future()
-        try:
-            future.set_result(self.infer(loaded, inputs))
-        except Exception as error:
-            future.set_exception(error)
-        return future
-
-    def unload(self, loaded: MinimalLoaded) -> None:
-        loaded._session = None
-
-    def supports(self, op_type: str, processor: Processor) -> bool:
-        return True
+    processors = (Processor("mini:CPU", "mini", "CPU"),
+                  Processor("mini:CPU2", "mini", "CPU2", cores=(0,), threads=1))
 
 
 PLUGIN = SimpleNamespace(sparseloom_register_backends=hookimpl(

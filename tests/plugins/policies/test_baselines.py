@@ -40,7 +40,8 @@ LOOSE = {"a": SLO(0.6, 100.0), "b": SLO(0.6, 100.0)}
 def test_single_variant_partitioned_ignores_the_slo(name: str, variant: int) -> None:
     for slos in (LOOSE, {"a": SLO(0.89, 3.0), "b": SLO(0.6, 100.0)}):
         made = plan(name, slos)
-        assert made.order == ("fast", "fast")  # the dense models are fastest all on "fast"
+        # P partitions: both processors, even though the dense models are fastest all on "fast"
+        assert sorted(made.order) == ["fast", "slow"]
         assert all(v.choices == (variant, variant) for v in made.variants.values())
         assert all(made.processors_of(t) == made.order for t in made.variants)
 
@@ -55,9 +56,10 @@ def test_not_partitioned_spreads_tasks_over_processors() -> None:
 
 
 def test_adaptive_picks_the_fastest_original_meeting_the_slo() -> None:
-    slos = {"a": SLO(0.84, 7.0), "b": SLO(0.6, 100.0)}
+    slos = {"a": SLO(0.84, 8.0), "b": SLO(0.6, 100.0)}
     made = plan("av-p", slos)
-    assert made.variants["a"].choices == (1, 1)  # 0.85 at 6 ms; the stitched (1, 2) is unused
+    # 0.85 at 3 + 4.5 ms over the partitioned order; the stitched (1, 2) is never used
+    assert made.variants["a"].choices == (1, 1)
     assert made.variants["b"].choices == (2, 2)
     assert made.feasible == {"a": True, "b": True}
     unreachable = plan("av-p", {"a": SLO(0.95, 100.0), "b": SLO(0.6, 100.0)})

@@ -1,0 +1,110 @@
+"""What a simulation returns: :class:`SimResult` per run, :class:`SimTaskResult` per task,
+and the pipeline bound the run summary also reports."""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sparseloom.profile.table import ProfileTable
+from sparseloom.runtime.monitor import STATISTIC
+from sparseloom.runtime.records import LatencyStats, latency_stats
+
+
+@attrs.frozen
+class SimTaskResult:
+    """One task's simulated results (the run summary's fields that a simulation can give)."""
+
+    task: str
+    slo_accuracy: float
+    slo_latency_ms: float
+    variant: str
+    processors: tuple[str, ...]
+    accuracy: float
+    latency: LatencyStats
+    completed: int
+    violated: str
+
+
+@attrs.frozen
+class SimResult:
+    """A simulated run: per-task results, violation rate, throughput and what the policy did.
+
+    Attributes:
+        policy: the policy's name.
+        tasks: per-task results.
+        violation_rate: fraction of tasks that violate their SLO.
+        throughput_rps: completed requests / simulated time.
+        makespan_ms: simulated time from the first request to the last end.
+        pipeline_bound_rps: T / (busiest processor's summed stage time), final plan.
+        pipeline_share: throughput / pipeline bound.
+        utilisation: busy fraction of each processor.
+        switches: plan changes after the first (joins and feedback).
+        load_ms: compile + load time spent on non-resident subgraphs.
+        decision_seconds: summed wall time the policy took to decide.
+        resident_bytes: memory of the preloaded subgraphs.
+    """
+
+    policy: str
+    tasks: tuple[SimTaskResult, ...]
+    violation_rate: float
+    throughput_rps: float
+    makespan_ms: float
+    pipeline_bound_rps: float
+    pipeline_share: float
+    utilisation: dict[str, float]
+    switches: int
+    load_ms: float
+    decision_seconds: float
+    resident_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON-ready data."""
+        return attrs.asdict(self)
+
+
+def sim_result(sim: Any, resident_bytes: int) -> SimResult:
+    """The results of a finished simulation (``simulator._Simulation``)."""
+    profile = sim.profile
+    tasks = []
+    for name in sim.joined:
+        slo, samples = sim.slos[name], sim.latencies[name]
+        stats = latency_stats(samples)
+        route = sim.served[name].most_common(1)[0][0] if sim.served[name] else sim.routes[name]
+        accuracy = float(profile.task(name).accuracy(list(route.choices)))
+        sides = [side for side, bad in (
+            ("accuracy", not accuracy >= slo.accuracy),
+            ("latency", not stats.percentile(STATISTIC) <= slo.latency_ms)) if bad]
+        tasks.append(SimTaskResult(
+            name, slo.accuracy, slo.latency_ms, ",".join(map(str, route.choices)),
+            tuple(profile.processors[q] for q in route.processors), accuracy, stats,
+            len(samples), "+".join(sides)))
+    makespan = sim.now_ms
+    completed = sum(t.completed for t in tasks)
+    throughput = completed * 1e3 / makespan if makespan > 0 else math.nan
+    bound = pipeline_bound_rps(profile, {n: sim.routes[n] for n in sim.joined})
+    return SimResult(
+        policy=sim.config.policy, tasks=tuple(tasks),
+        violation_rate=sum(1 for t in tasks if t.violated) / len(tasks) if tasks else math.nan,
+        throughput_rps=throughput, makespan_ms=makespan, pipeline_bound_rps=bound,
+        pipeline_share=throughput / bound if bound > 0 else math.nan,
+        utilisation={profile.processors[q]: (b / makespan if makespan > 0 else 0.0)
+                     for q, b in sim.busy_ms.items()},
+        switches=sim.switches, load_ms=sim.load_ms, decision_seconds=sim.decision_seconds,
+        resident_bytes=int(resident_bytes))
+
+
+def pipeline_bound_rps(profile: ProfileTable, routes: Mapping[str, Any]) -> float:
+    """T / (busiest processor's summed stage time) in requests/s, for routes with ``choices``
+    and processor indices ``processors``; NaN without routes."""
+    load = collections.Counter()
+    for name, route in routes.items():
+        latency = profile.task(name).latency_ms
+        for j, (choice, q) in enumerate(zip(route.choices, route.processors, strict=True)):
+            load[q] += float(latency[j, choice, q])
+    busiest = max(load.values(), default=0.0)
+    return len(routes) * 1e3 / busiest if busiest > 0 else math.nan
