@@ -35,7 +35,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("workload") / "example.toml"
     path.write_text('variants = ["dense", "rounding"]\n\n[compressors.rounding]\n'
-                    'symmetric = false\n\n[[task]]\nname = "tiny"\nbuilder = "tiny"\n')
+                    'symmetric = false\n\n[profile]\naccuracy_estimator = "knn"\n'
+                    'samples = 6\n\n[[task]]\nname = "tiny"\nbuilder = "tiny"\n')
     return path
 
 
@@ -128,3 +129,14 @@ print(json.dumps({{"order": plan.order, "best": best, "choices": plan.variants["
     assert result["policy"] == "fastest-dense" and result["choices"] == [0, 0]
     assert result["order"] == result["best"] and len(result["order"]) == 2
     assert "rounding-6" in result["names"]
+
+
+def test_policy_is_chosen_by_the_plan_command(site: Path, workload: Path) -> None:
+    report = json.loads(sparseloom(site, "plan", str(workload), "--policy", "fastest-dense",
+                                   "-p", "ortx:CPU", "-p", "ort:CPU", "--json"))
+    assert report["policy"] == "fastest-dense" and report["processors"] == ["ortx:CPU",
+                                                                            "ort:CPU"]
+    assert report["tasks"]["tiny"]["variant"] == [0, 0]  # the dense chain, as its doc says
+    # The third-party compressor's subgraphs are in the plan's preloaded (hot) set.
+    resident = {entry["variant_name"] for entry in report["preload"]["resident"]}
+    assert {"rounding-3", "rounding-6"} & resident

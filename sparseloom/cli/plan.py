@@ -140,6 +140,7 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
     Builds or loads the cached profile as `sparseloom profile` does, runs the policy and the
     hot-subgraph preloader, and prints each task's choice against its SLO.
     """
+    from sparseloom.cli.profile import profile_options
     from sparseloom.core.errors import PlanError
     from sparseloom.core.registry import get_registry
     from sparseloom.plan.api import make_plan
@@ -181,18 +182,6 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
                    f"{quality['slos']}, the profile's pick truly meets "
                    f"{_pct(quality['meets_rate'])}; regret {_num(quality['latency_regret_ms'])}"
                    f" ms, {_num(quality['accuracy_regret'])} metric")
-
-
-def profile_options(loaded: Any) -> Any:
-    """The options `sparseloom profile WORKLOAD` uses by default, so its cache is shared."""
-    from sparseloom.cli.profile import _workload_defaults
-    from sparseloom.profile.builder import ProfileOptions
-
-    defaults = _workload_defaults(loaded)
-    return ProfileOptions(
-        accuracy_estimator=defaults.get("accuracy_estimator", "xgboost"),
-        latency_estimator=defaults.get("latency_estimator", "additive"),
-        samples=defaults.get("samples"), feature_set=defaults.get("features", "extended"))
 
 
 def _pct(value: float | None) -> str:

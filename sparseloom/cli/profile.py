@@ -40,6 +40,26 @@ def _workload_defaults(workload: Any) -> dict[str, Any]:
     return dict(table) if isinstance(table, dict) else {}
 
 
+def profile_options(loaded: Any, **given: Any) -> Any:
+    """The profile options of a command: ``given`` ones (``None`` = not given), else the
+    workload file's ``[profile]`` table, else the defaults.
+
+    `profile`, `plan`, `run`, `bench runtime`, `evaluate` and `simulate` all build their
+    options here, so they find the same cached profile.
+    """
+    from sparseloom.profile.builder import ProfileOptions
+
+    defaults = _workload_defaults(loaded)
+    settings = {
+        "accuracy_estimator": defaults.get("accuracy_estimator", "xgboost"),
+        "latency_estimator": defaults.get("latency_estimator", "additive"),
+        "samples": defaults.get("samples"),
+        "feature_set": defaults.get("features", "extended"),
+    }
+    settings.update({key: value for key, value in given.items() if value is not None})
+    return ProfileOptions(**settings)
+
+
 def _variant_list(text: str | None) -> tuple[str, ...] | None:
     """``--variants`` as a tuple of names (``None``: the workload's, else the default)."""
     if text is None:
@@ -212,7 +232,6 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     chains, and reports top-K recall, Spearman, MAE, latency MAE/MAPE and profiling cost.
     """
     from sparseloom.api import build_profile, load_workload
-    from sparseloom.profile.builder import ProfileOptions
     from sparseloom.profile.measure import ProfilerConfig
 
     if out is not None:  # before minutes of measuring, not after
@@ -224,12 +243,9 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     _check_stitched_fit(subgraphs or len(processors) or None,
                         click.get_current_context().params.get("variants"))
     loaded = load_workload(workload, progress=not as_json)
-    defaults = _workload_defaults(loaded)
-    options = ProfileOptions(
-        accuracy_estimator=accuracy_estimator or defaults.get("accuracy_estimator", "xgboost"),
-        latency_estimator=latency_estimator or defaults.get("latency_estimator", "additive"),
-        samples=samples if samples is not None else defaults.get("samples"),
-        feature_set=features or defaults.get("features", "extended"),
+    options = profile_options(
+        loaded, accuracy_estimator=accuracy_estimator, latency_estimator=latency_estimator,
+        samples=samples, feature_set=features,
         config=ProfilerConfig(warmup=warmup, repeats=repeats, statistic=statistic),
         subgraphs=subgraphs, seed=seed, variants=_variant_list(variants))
     progress = sys.stderr.isatty()

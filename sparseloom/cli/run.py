@@ -124,17 +124,11 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
 def load_profiled(workload: str, *, progress: bool) -> tuple[Any, Any]:
     """The workload and its profile (built with the workload's ``[profile]`` options and
     cached, exactly as `sparseloom profile WORKLOAD` builds it)."""
-    from sparseloom.cli.profile import _workload_defaults
-    from sparseloom.profile.builder import ProfileOptions, build_profile
-    from sparseloom.workload.load import load_workload
+    from sparseloom.api import build_profile, load_workload
+    from sparseloom.cli.profile import profile_options
 
     loaded = load_workload(workload, progress=progress)
-    defaults = _workload_defaults(loaded)
-    options = ProfileOptions(
-        accuracy_estimator=defaults.get("accuracy_estimator", "xgboost"),
-        latency_estimator=defaults.get("latency_estimator", "additive"),
-        samples=defaults.get("samples"), feature_set=defaults.get("features", "extended"))
-    return loaded, build_profile(loaded, options=options, progress=progress)
+    return loaded, build_profile(loaded, options=profile_options(loaded), progress=progress)
 
 
 def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int,

@@ -138,3 +138,34 @@ def save(model: onnx.ModelProto, path) -> str:
     """Save ``model`` to ``path`` and return the path as a string."""
     onnx.save(model, str(path))
     return str(path)
+
+
+def big_matmul_model() -> onnx.ModelProto:
+    """``y = x @ W`` with 4096 × 1024 float32 weights: 16 MiB that a load must hold."""
+    weight = np.random.default_rng(0).standard_normal((4096, 1024)).astype(np.float32)
+    return _model([helper.make_node("MatMul", ["x", "W"], ["y"])],
+                  [helper.make_tensor_value_info("x", 1, ["N", 4096])],
+                  [helper.make_tensor_value_info("y", 1, ["N", 1024])],
+                  [_init("W", weight)], opset=17)
+
+
+def loaded_memory_in_fresh_process(path: str, spec: str) -> int:
+    """``memory_bytes`` of ``path`` loaded on ``spec`` in a new Python process.
+
+    The figure is RSS growth, a lower bound: in a long-lived process the allocator may hand the
+    load pages that earlier work freed (seen here after ``bench backends`` ran ONNX Runtime on
+    the same worker: 4 MiB read for 16 MiB of weights). A fresh process checks that the
+    measurement counts the weights, free of other tests' allocator history.
+    """
+    import os
+    import subprocess
+    import sys
+
+    code = ("from sparseloom.core.processors import get_backend, get_processor\n"
+            f"p = get_processor({spec!r})\nb = get_backend(p.backend)\n"
+            f"loaded = b.load(b.compile({path!r}, p), p)\nprint(loaded.memory_bytes)\n"
+            "b.unload(loaded)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.split()[-1])
