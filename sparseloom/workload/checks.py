@@ -102,17 +102,32 @@ def output_classes(shape: Sequence[int | None] | None) -> int | None:
     return last if isinstance(last, int) and last > 0 else None
 
 
-def chance_level(metric: str, labels: np.ndarray, classes: int | None) -> float | None:
+def class_count(classes: int | Sequence[str] | None) -> int | None:
+    """How many classes: a count, or the length of a list of class names (a task's ``info``
+    holds the names, e.g. ``["T-shirt", "Trouser", ...]``)."""
+    if classes is None or isinstance(classes, bool):
+        return None
+    if isinstance(classes, int):
+        return classes if classes > 0 else None
+    if isinstance(classes, Sequence) and not isinstance(classes, str):
+        return len(classes) or None
+    return None
+
+
+def chance_level(metric: str, labels: np.ndarray,
+                 classes: int | Sequence[str] | None) -> float | None:
     """The metric of always guessing the most common class (``None`` when not defined)."""
     if metric != "accuracy" or labels.size == 0 or labels.dtype.kind not in "iu":
         return None
     flat = labels.reshape(-1)
     majority = float(np.bincount(flat - flat.min()).max() / flat.size)
-    return max(majority, 1.0 / classes) if classes else majority
+    count = class_count(classes)
+    return max(majority, 1.0 / count) if count else majority
 
 
 def warn_if_chance(task: str, metric: str, value: float, labels: np.ndarray,
-                   classes: int | None, source: Path | str | None = None) -> bool:
+                   classes: int | Sequence[str] | None,
+                   source: Path | str | None = None) -> bool:
     """Warn when the dense metric is no better than guessing; returns whether it warned."""
     chance = chance_level(metric, labels, classes)
     # 2 points of slack: a model that is right on 11% of 10 balanced classes learned nothing.

@@ -55,6 +55,18 @@ def test_build_tiny_json_reports_each_task():
     assert again["tasks"][0]["dense_metric"] == task["dense_metric"]
 
 
+@pytest.mark.slow
+def test_build_default_reports_the_four_tasks_as_make_demo_does():
+    """`make demo`'s second step on the bundled workload (its tasks' info lists class names)."""
+    result = run_cli("workloads", "build", "default", "--json", "--no-progress")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "chance level" not in result.stderr
+    report = json.loads(result.stdout)
+    metrics = {task["name"]: task["dense_metric"] for task in report["tasks"]}
+    assert list(metrics) == ["vision", "sentiment", "activity", "speech"]
+    assert all(0.5 < value <= 1.0 for value in metrics.values()), metrics
+
+
 def test_build_a_user_file_table(tmp_path: Path):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(2, 20, 4)).astype(np.float32)
