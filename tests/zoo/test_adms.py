@@ -22,16 +22,11 @@ from sparseloom.zoo.build import build_zoo
 from sparseloom.zoo.options import ZooOptions
 from tests.zoo.zoo_support import (
     chain_with_onnxruntime,
-    require_real_compressors,
     tiny_task,
 )
 
 PROCESSORS = ("ov:CPU", "ort:CPU")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _compressors() -> None:
-    require_real_compressors()
 
 
 def inverse_model(path: Path) -> Path:

@@ -23,12 +23,7 @@ from sparseloom.zoo.options import ZooOptions, default_subgraphs
 from sparseloom.zoo.tensors import ort_session, run_session
 from sparseloom.zoo.types import VariantSpec, ZooNotBuiltError
 from sparseloom.zoo.variants import DEFAULT_VARIANTS
-from tests.zoo.zoo_support import require_real_compressors, tiny_task, tiny_zoo
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compressors() -> None:
-    require_real_compressors()
+from tests.zoo.zoo_support import tiny_task, tiny_zoo
 
 
 @pytest.mark.parametrize("subgraphs", [2, 3])

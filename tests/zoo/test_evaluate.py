@@ -18,15 +18,9 @@ from sparseloom.zoo.evaluate import (
 )
 from tests.zoo.zoo_support import (
     chain_with_onnxruntime,
-    require_real_compressors,
     tiny_task,
     tiny_zoo,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compressors() -> None:
-    require_real_compressors()
 
 
 def test_prefix_pass_count_formula() -> None:

@@ -21,16 +21,9 @@ from sparseloom.zoo.pareto import (
 )
 from tests.zoo.zoo_support import (
     chain_metrics_with_onnxruntime,
-    require_real_compressors,
     tiny_task,
     tiny_zoo,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compressors() -> None:
-    require_real_compressors()
-
 
 # (latency_ms, accuracy) by index
 FRONT_POINTS = [

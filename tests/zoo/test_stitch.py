@@ -15,15 +15,9 @@ from sparseloom.zoo.stitch import StitchedModel, merge_stitched, placement, run_
 from sparseloom.zoo.tensors import ort_session, run_session, take_batch
 from tests.zoo.zoo_support import (
     chain_with_onnxruntime,
-    require_real_compressors,
     tiny_task,
     tiny_zoo,
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compressors() -> None:
-    require_real_compressors()
 
 
 @pytest.mark.parametrize("choices", [(0, 0, 0), (0, 7, 1), (2, 8, 9), (5, 0, 3)])
