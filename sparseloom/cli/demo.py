@@ -10,8 +10,31 @@ import click
 from sparseloom.cli.output import echo_table, ensure_output_dir
 
 
-def _banner(step: int, total: int, text: str) -> None:
-    click.secho(f"\n[{step}/{total}] {text}", bold=True)
+class _Steps:
+    """The demo's numbered banners, with the time each step took (printed at the end)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.started = time.perf_counter()
+        self.times: list[tuple[str, float]] = []
+        self._current: tuple[str, float] | None = None
+
+    def begin(self, text: str, short: str) -> None:
+        self._finish()
+        elapsed = time.perf_counter() - self.started
+        click.secho(f"\n[{len(self.times) + 1}/{self.total}] {text}  "
+                    f"(at {elapsed // 60:.0f}:{elapsed % 60:02.0f})", bold=True)
+        self._current = (short, time.perf_counter())
+
+    def _finish(self) -> None:
+        if self._current is not None:
+            self.times.append((self._current[0], time.perf_counter() - self._current[1]))
+            self._current = None
+
+    def summary(self) -> str:
+        self._finish()
+        parts = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.times)
+        return f"demo finished in {time.perf_counter() - self.started:.0f} s ({parts})"
 
 
 @click.command("demo")
@@ -54,16 +77,15 @@ def demo_command(
     from sparseloom.zoo.pareto import ParetoOptions, pareto_analysis
 
     ensure_output_dir(out_dir, "--out")  # before minutes of building and measuring, not after
-    started = time.perf_counter()
-    total = 6
-    _banner(1, total, "Processors")
+    steps = _Steps(6)
+    steps.begin("Processors", "processors")
     ctx.invoke(devices_command)
-    _banner(2, total, f"Workload {workload!r}: real data, trained models "
-                      "(built on the first run, then taken from the cache)")
+    steps.begin(f"Workload {workload!r}: real data, trained models (built on the first run, "
+                "then taken from the cache)", "workload")
     ctx.invoke(build_command, workload=workload)
-    _banner(3, total, "Subgraph zoos: partition the dense model, compress each piece")
+    steps.begin("Subgraph zoos: partition the dense model, compress each piece", "zoos")
     ctx.invoke(zoo_build_command, workload=workload, subgraphs=subgraphs, variants=variants)
-    _banner(4, total, "Stitched variants vs the originals (paper Fig. 4)")
+    steps.begin("Stitched variants vs the originals (paper Fig. 4)", "pareto")
     loaded = load_workload(workload, progress=True)
     processors = _processors(loaded)
     count = _subgraphs(loaded, subgraphs)
@@ -93,7 +115,7 @@ def demo_command(
     )
     click.echo(f"figures and CSVs in {out_dir}/ (latency: summed per-subgraph medians on "
                f"{' -> '.join(placement)})")
-    _banner(5, total, "Profiler: estimators validated against measured ground truth")
+    steps.begin("Profiler: estimators validated against measured ground truth", "profile")
     # The demo skips the estimator ablation and repeated training draws of the full report
     # (`sparseloom profile WORKLOAD --validate`), which multiply its run time.
     click.echo(f"shortened validation: one training draw, no estimator ablation; the full "
@@ -101,11 +123,11 @@ def demo_command(
     ctx.invoke(profile_command, workload=workload, subgraphs=subgraphs, variants=variants,
                validate=True,
                no_ablation=True, redraws=1, out=out_dir / "profile")
-    _banner(6, total, "Serving every task at once with the `sparseloom` policy (the runtime)")
+    steps.begin("Serving every task at once with the `sparseloom` policy (the runtime)", "run")
     from sparseloom.cli.run import run_command
 
     ctx.invoke(run_command, workload=workload, policy="sparseloom")
-    click.echo(f"\ndemo finished in {time.perf_counter() - started:.0f} s")
+    click.echo("\n" + steps.summary())
 
 
 COMMANDS = (demo_command,)

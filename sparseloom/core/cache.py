@@ -63,6 +63,29 @@ def config_hash(config: Any, length: int = 16) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (created if missing) while the block runs.
+
+    Concurrent runs that build or update the same cache entry take it so that the work is done
+    once and no update is lost. Where the OS has no ``fcntl`` the block runs unlocked (the
+    atomic renames of cache writes alone keep the cache consistent there).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a+b") as handle:
+        try:
+            import fcntl
+        except ImportError:
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def file_hash(path: str | os.PathLike[str]) -> str:
     """The SHA-256 hex digest of a file's bytes."""
     digest = hashlib.sha256()

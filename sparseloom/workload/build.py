@@ -18,13 +18,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sparseloom.core.cache import cache_dir, cache_notice, config_hash, file_hash
+from sparseloom.core.cache import cache_dir, cache_notice, config_hash, file_hash, file_lock
 from sparseloom.core.errors import ConfigError
 from sparseloom.workload import checks
 from sparseloom.workload.evaluate import evaluate
@@ -152,21 +152,9 @@ def entry_problem(folder: Path) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _build_lock(folder: Path) -> Iterator[None]:
+def _build_lock(folder: Path) -> contextlib.AbstractContextManager[None]:
     """An exclusive lock on ``<folder>.lock`` so that concurrent runs build a task once."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.with_name(folder.name + ".lock"), "a+b") as handle:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: the atomic rename alone keeps the cache consistent
-            yield
-            return
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(folder.with_name(folder.name + ".lock"))
 
 
 def _build_into(

@@ -12,7 +12,11 @@ its shared prefixes the same way; :class:`EvaluationReport` says how many passes
 how many the naive way would have taken.
 
 Subgraphs run through the backends (:func:`sparseloom.core.processors.load_model`), each one
-compiled and loaded once per :class:`SubgraphRunner` and reused for every prefix.
+compiled and loaded once per :class:`SubgraphRunner` and reused for every prefix. A metric does
+not depend on where it was computed, so exact evaluation uses every core this process may run
+on (:func:`evaluation_spec`) unless the processor spec sets threads or cores itself; and every
+measured metric goes to the zoo's :class:`~sparseloom.zoo.metric_store.MetricStore`, so no step
+measures a variant another step already measured.
 """
 
 from __future__ import annotations
@@ -28,12 +32,29 @@ import numpy as np
 
 from sparseloom.core.errors import ZooError
 from sparseloom.core.types import StitchedVariant
+from sparseloom.zoo.metric_store import metric_store
 
 if TYPE_CHECKING:
     from sparseloom.zoo.types import Zoo, ZooTask
 
 #: The processor exact evaluation runs on unless told otherwise.
 EVALUATION_PROCESSOR = "ort:CPU"
+
+
+def evaluation_spec(processor: str) -> str:
+    """The spec exact evaluation loads models with: ``processor`` on every allowed core.
+
+    A metric is the same whichever cores compute it (measured: identical metrics for 1 and 2
+    ORT threads on every bundled task), so a bare name such as ``ort:CPU`` — which serving
+    pins to one core — evaluates on all the cores this process may use. A spec that sets
+    ``threads`` or ``cores`` (``ort:CPU?threads=1``) is used as given.
+    """
+    from sparseloom.core.processors import allowed_cores
+
+    if "?" in processor or not processor.upper().endswith("CPU"):
+        return processor
+    cores = allowed_cores()
+    return f"{processor}?threads={len(cores)}&cores={','.join(map(str, cores))}"
 
 
 @attrs.define(eq=False)
@@ -65,7 +86,7 @@ class SubgraphRunner:
 
         cache_key = key or str(Path(path).resolve())
         if cache_key not in self._loaded:
-            self._loaded[cache_key] = load_model(str(path), self.processor)
+            self._loaded[cache_key] = load_model(str(path), evaluation_spec(self.processor))
         return self._loaded[cache_key]
 
     def run(
@@ -108,6 +129,10 @@ class EvaluationReport:
         naive_passes: passes without prefix sharing (``S`` per variant).
         seconds: wall time of the evaluation.
         processor: where the subgraphs ran.
+        cached: how many of the variants were read from the zoo's metric store, not run.
+        rows: eval rows the metrics are measured on.
+        seconds_per_pass: mean wall time of one subgraph pass over those rows (this run's
+            passes and the store's), ``None`` when none was ever timed.
     """
 
     task: str
@@ -116,6 +141,18 @@ class EvaluationReport:
     naive_passes: int
     seconds: float
     processor: str
+    cached: int = 0
+    rows: int | None = None
+    seconds_per_pass: float | None = None
+
+    @property
+    def cost_seconds(self) -> float:
+        """What measuring every variant here costs with prefix sharing, cached ones included:
+        this run's time, plus the cached variants' passes at :attr:`seconds_per_pass`."""
+        all_passes = prefix_passes(self.metrics)
+        if self.seconds_per_pass is None or all_passes <= self.passes:
+            return self.seconds
+        return self.seconds + (all_passes - self.passes) * self.seconds_per_pass
 
     @property
     def saving(self) -> float:
@@ -137,6 +174,9 @@ class EvaluationReport:
             "saving": round(self.saving, 4),
             "seconds": round(self.seconds, 3),
             "processor": self.processor,
+            "cached": self.cached,
+            "rows": self.rows,
+            "cost_seconds": round(self.cost_seconds, 3),
             "metrics": {",".join(map(str, k)): v for k, v in self.metrics.items()},
         }
 
@@ -156,6 +196,8 @@ def evaluate_stitched(
     batch_size: int = 256,
     runner: SubgraphRunner | None = None,
     progress: bool = False,
+    rows: np.ndarray | Sequence[int] | None = None,
+    cache: bool = True,
 ) -> EvaluationReport:
     """Measure the metric of each stitched variant in ``stitched`` on ``task``'s eval set.
 
@@ -163,32 +205,62 @@ def evaluate_stitched(
     tree); duplicates are evaluated once. Pass a ``runner`` to reuse loaded subgraphs across
     calls (its processor and batch size then apply).
 
+    :param rows: eval rows to measure on (e.g. :func:`~sparseloom.workload.subset.
+        stratified_rows`); default every row.
+    :param cache: read variants already in the zoo's metric store instead of running them, and
+        store what is measured (``False``: run everything, store nothing).
     :raises ZooError: a variant of the wrong length or with an unknown variant id, or a task
         that does not match the zoo.
     """
     unique = sorted({zoo.check_choices(s) for s in stitched})
     if task.name != zoo.task:
         raise ZooError(f"the zoo is for task {zoo.task!r}, not {task.name!r}")
+    active_processor = runner.processor if runner is not None else processor
+    subset = None if rows is None else np.asarray(rows, dtype=np.int64)
+    if subset is not None:
+        from sparseloom.workload.subset import subset_task
+
+        task = subset_task(task, subset)
+    store = metric_store(zoo, task, active_processor) if cache else None
+    known = store.load() if store is not None else {}
+    metrics: dict[tuple[int, ...], float] = {c: known[c] for c in unique if c in known}
+    missing = [c for c in unique if c not in known]
     own_runner = runner is None
     active = runner or SubgraphRunner(processor=processor, batch_size=batch_size)
-    total = prefix_passes(unique)
-    metrics: dict[tuple[int, ...], float] = {}
+    total = prefix_passes(missing)
     started = time.perf_counter()
     bar = _progress_bar(total, f"{zoo.task}: evaluating", progress)
+    measured: dict[tuple[int, ...], float] = {}
     try:
-        _walk(zoo, task, active, 0, unique, dict(task.eval_inputs), metrics, bar)
+        if missing:
+            _walk(zoo, task, active, 0, missing, dict(task.eval_inputs), measured, bar)
     finally:
         bar.close()
         if own_runner:
             active.close()
+        if store is not None:  # what was measured before an error is kept too
+            store.add(measured, seconds=time.perf_counter() - started,
+                      passes=prefix_passes(measured))
+    metrics.update(measured)
+    seconds = time.perf_counter() - started
+    per_pass = store.seconds_per_pass() if store is not None else None
     return EvaluationReport(
         task=zoo.task,
         metrics=dict(sorted(metrics.items())),
         passes=total,
         naive_passes=zoo.positions * len(unique),
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         processor=active.processor,
+        cached=len(unique) - len(missing),
+        rows=_row_count(task),
+        seconds_per_pass=per_pass if per_pass is not None else (
+            seconds / total if total else None),
     )
+
+
+def _row_count(task: Any) -> int | None:
+    inputs = getattr(task, "eval_inputs", None) or {}
+    return int(next(iter(inputs.values())).shape[0]) if inputs else None
 
 
 def evaluate_all(
@@ -199,12 +271,13 @@ def evaluate_all(
     batch_size: int = 256,
     runner: SubgraphRunner | None = None,
     progress: bool = False,
+    cache: bool = True,
 ) -> EvaluationReport:
     """Measure every one of the zoo's ``V**S`` stitched variants (see :func:`evaluate_stitched`)."""
     everything = itertools.product(range(len(zoo.variants)), repeat=zoo.positions)
     return evaluate_stitched(
         zoo, task, everything, processor=processor, batch_size=batch_size, runner=runner,
-        progress=progress,
+        progress=progress, cache=cache,
     )
 
 

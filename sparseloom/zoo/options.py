@@ -184,13 +184,14 @@ def zoo_config(
         "compressors": compressors,
         "partition": {"cost": cost, "mode": mode, "min_fraction": min_fraction,
                       "processors": list(processors) if mode == "adms" else []},
-        "calibration_sha256": _arrays_hash(task.calibration_inputs),
-        "eval_sha256": _arrays_hash(task.eval_inputs),
+        "calibration_sha256": arrays_hash(task.calibration_inputs),
+        "eval_sha256": arrays_hash(task.eval_inputs),
         "evaluation_processor": evaluation_processor,
     }
 
 
-def _arrays_hash(arrays: Mapping[str, np.ndarray]) -> str:
+def arrays_hash(arrays: Mapping[str, np.ndarray]) -> str:
+    """A SHA-256 hex digest of named arrays: names, dtypes, shapes and bytes."""
     digest = hashlib.sha256()
     for name in sorted(arrays):
         array = np.ascontiguousarray(arrays[name])
