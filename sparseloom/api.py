@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from sparseloom.zoo.options import ZooOptions
     from sparseloom.zoo.types import Zoo
 
-__all__ = ["build_profile", "build_zoos", "load_profile", "load_workload", "make_plan", "serve"]
+__all__ = ["build_profile", "build_zoos", "load_profile", "load_workload", "make_plan",
+           "refresh_profile", "serve"]
 
 
 def load_workload(
@@ -110,6 +111,37 @@ def load_profile(directory: str | os.PathLike[str]) -> ProfileTable:
     from sparseloom.profile.table import ProfileTable
 
     return ProfileTable.load(directory)
+
+
+def refresh_profile(
+    workload: Workload | str | os.PathLike[str],
+    *,
+    processors: Sequence[str] | None = None,
+    options: ProfileOptions | None = None,
+    sample: int = 4,
+    threshold: float = 0.25,
+    mode: str = "rescale",
+    rounds: int | None = None,
+    progress: bool = True,
+    **settings: Any,
+) -> tuple[ProfileTable, dict[str, Any]]:
+    """Re-time a sample of the cached profile's subgraphs and repair it if it drifted.
+
+    ``sample`` subgraphs per task are re-timed (in ``rounds`` rounds, default the profile's)
+    and compared with the same sample at the previous refresh (the first refresh re-times
+    the whole table to calibrate). Where a task's latencies on a processor moved by more than
+    ``threshold`` they are rescaled (``mode="rescale"``) or the task is re-timed
+    (``mode="full"``); the record of what was done is returned and appended to
+    ``table.meta["refresh"]``. ``settings``: further keywords of
+    :func:`sparseloom.profile.refresh.refresh_profile` (``resolve_backend``, ``cache_root``,
+    ``table``).
+    """
+    from sparseloom.profile.refresh import refresh_profile as refresh
+
+    return refresh(_loaded(workload, progress), processors=processors, options=options,
+                   sample=sample, threshold=threshold, mode=mode, rounds=rounds,
+                   progress=progress,
+                   **settings)
 
 
 def make_plan(

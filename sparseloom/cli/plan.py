@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table
 
 
@@ -133,8 +134,10 @@ def _echo(report: dict[str, Any]) -> None:
 @click.option("--validate", is_flag=True,
               help="Measure ground truth and report the decision quality over the SLO grid.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@executor_options
 def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_budget: str,
-                 processors: tuple[str, ...], validate: bool, as_json: bool) -> None:
+                 processors: tuple[str, ...], validate: bool, as_json: bool,
+                 executor_settings: dict[str, Any] | None = None) -> None:
     """Plan WORKLOAD: a processor order and a stitched variant per task, and what to preload.
 
     Builds or loads the cached profile as `sparseloom profile` does, runs the policy and the
@@ -156,7 +159,7 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
         raise PlanError(f"--slo names unknown task(s) {', '.join(unknown)}; workload "
                         f"{loaded.name!r} has: {', '.join(t.name for t in loaded.tasks)}")
     chosen = resolve_processors(processors or None, loaded)
-    options = profile_options(loaded)
+    options = profile_options(loaded, **(executor_settings or {}))
     table = build_profile(loaded, processors=chosen, options=options, progress=False)
     _check_available(table)
     result = make_plan(table, policy=policy, slos=slos, memory_budget=budget,

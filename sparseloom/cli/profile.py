@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
 
 
@@ -55,8 +56,16 @@ def profile_options(loaded: Any, **given: Any) -> Any:
         "latency_estimator": defaults.get("latency_estimator", "additive"),
         "samples": defaults.get("samples"),
         "feature_set": defaults.get("features", "extended"),
+        "executor": defaults.get("executor", "local"),
+        "ray_resources": defaults.get("ray_resources"),
     }
     settings.update({key: value for key, value in given.items() if value is not None})
+    for option, key in (("--ray-address", "ray_address"), ("--ray-resource", "ray_resources")):
+        if settings["executor"] != "ray" and given.get(key) is not None:
+            from sparseloom.core.errors import ConfigError
+
+            raise ConfigError(f"{option} applies to the ray executor only; add --executor ray "
+                              f"(or [profile] executor = \"ray\" in the workload file)")
     return ProfileOptions(**settings)
 
 
@@ -149,6 +158,16 @@ def _echo_validation(report: dict[str, Any]) -> None:
                        f"Pearson r {_fmt(goal['pearson_r'])}")
         click.echo(f"{label}: {_fmt(goal['ours'], '%')} (paper {goal['paper']:.2%}{context}) "
                    f"{verdict}")
+    for name, entry in report["tasks"].items():
+        useful = entry["latency"].get("usefulness")
+        if useful:  # per task: beat the mean by a third and r >= 0.9, unless it is all noise
+            click.echo(f"latency estimate useful on {name}: {useful['verdict']} (MAPE "
+                       f"{_fmt(entry['latency'].get('mape'), '%')} vs mean-only "
+                       f"{_fmt(entry['latency'].get('mean_baseline_mape'), '%')}, r "
+                       f"{_fmt(entry['latency'].get('pearson_r'))} of at most "
+                       f"{_fmt(useful.get('r_ceiling'))} given chain noise "
+                       f"{_fmt(useful['noise_ms'], 'ms')} on a spread of "
+                       f"{_fmt(useful['spread_ms'], 'ms')})")
     _echo_failures(report["failures"])
 
 
@@ -212,18 +231,32 @@ def _command_line(ctx: click.Context) -> str:
 @click.option("--redraws", type=click.IntRange(min=1), default=10, show_default=True,
               help="Training sets drawn per task when validating accuracy.")
 @click.option("--no-ablation", is_flag=True, help="Skip the other estimators / features.")
+@click.option("--refresh", type=click.Choice(["rescale", "full"]), is_flag=False,
+              flag_value="rescale", default=None,
+              help="Re-time a sample of the cached profile's subgraphs; rescale the latencies "
+                   "of processors that drifted (or re-time them all: --refresh full).")
+@click.option("--refresh-sample", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Subgraphs re-timed per task by --refresh (each on every processor).")
+@click.option("--refresh-rounds", type=click.IntRange(min=3), default=None,
+              help="Timed rounds of the --refresh sample (default: the profile's --repeats).")
+@click.option("--drift-threshold", type=click.FloatRange(min=0, min_open=True), default=0.25,
+              show_default=True, help="Relative change that counts as drift (0.25 = 25%).")
 @click.option("--no-cache", is_flag=True, help="Measure everything again.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any subgraph failed to profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, the profile table and the plots here.")
+@executor_options
 def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimator: str | None,
                     latency_estimator: str | None, samples: int | None, features: str | None,
                     repeats: int, warmup: int, statistic: str, subgraphs: int | None, seed: int,
                     validate: bool, latency_samples: int, exhaustive_chains: int,
-                    redraws: int, no_ablation: bool,
+                    redraws: int, no_ablation: bool, refresh: str | None,
+                    refresh_sample: int, refresh_rounds: int | None,
+                    drift_threshold: float,
                     no_cache: bool, strict: bool, as_json: bool, out: Path | None,
-                    variants: str | None = None) -> None:
+                    variants: str | None = None,
+                    executor_settings: dict[str, Any] | None = None) -> None:
     """Profile WORKLOAD: per-subgraph latencies and estimated accuracy of stitched variants.
 
     Measures every subgraph on every processor and a sample of stitched variants exactly,
@@ -247,8 +280,18 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
         loaded, accuracy_estimator=accuracy_estimator, latency_estimator=latency_estimator,
         samples=samples, feature_set=features,
         config=ProfilerConfig(warmup=warmup, repeats=repeats, statistic=statistic),
-        subgraphs=subgraphs, seed=seed, variants=_variant_list(variants))
+        subgraphs=subgraphs, seed=seed, variants=_variant_list(variants),
+        **(executor_settings or {}))
     progress = sys.stderr.isatty()
+    if refresh is not None:
+        if validate:
+            raise click.UsageError("--refresh and --validate do not combine; run them apart")
+        from sparseloom.cli.profile_refresh import run_refresh
+
+        run_refresh(loaded, processors=processors, options=options, mode=refresh,
+                    sample=refresh_sample, rounds=refresh_rounds, threshold=drift_threshold,
+                    as_json=as_json)
+        return
     if validate:
         from sparseloom.profile.report import validate as run_validation
 

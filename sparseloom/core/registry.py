@@ -41,6 +41,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "sparseloom.plugins.estimators.latency",
     "sparseloom.plugins.estimators.xgboost_estimator",
     "sparseloom.plugins.estimators.lightgbm_estimator",
+    "sparseloom.plugins.estimators.ranking",
     "sparseloom.plugins.workloads.plugin",
     "sparseloom.plugins.compressors",
     "sparseloom.plugins.policies",

@@ -18,6 +18,7 @@ ProfileStore`), so an interrupted run resumes; observers hear of the finished ta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -31,21 +32,24 @@ from sparseloom.core.errors import ProfileError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
 from sparseloom.profile.estimate import estimate_accuracy
+from sparseloom.profile.executors import ProfileExecutor, executor_for
 from sparseloom.profile.features import (
-    DEFAULT_FEATURE_SET,
-    FEATURE_SETS,
     SubgraphFeatures,
     default_sample_count,
-    relative_error,
     sample_training_rows,
 )
 from sparseloom.profile.measure import (
     BackendResolver,
     ProfileFailure,
-    ProfilerConfig,
     SubgraphJob,
     default_backend_resolver,
-    measure_task,
+)
+from sparseloom.profile.options import (
+    ProfileOptions,
+    check_estimator,
+    processor_key,
+    resolve_processors,
+    zoo_for,
 )
 from sparseloom.profile.store import ProfileStore
 from sparseloom.profile.table import ProfileTable, TaskProfile
@@ -56,95 +60,6 @@ FIDELITY_ROWS = 64
 
 __all__ = ["ProfileOptions", "build_profile", "check_estimator", "estimate_accuracy",
            "resolve_processors", "zoo_for"]
-
-
-def _optional_names(values: Sequence[str] | None) -> tuple[str, ...] | None:
-    return None if values is None else tuple(str(v) for v in values)
-
-
-@attrs.frozen
-class ProfileOptions:
-    """What to build and how.
-
-    Attributes:
-        accuracy_estimator: registered estimator name with the ``accuracy`` capability.
-        latency_estimator: registered estimator name with the ``latency`` capability.
-        samples: N, stitched variants measured exactly per task (``None``: the default of
-            :func:`~sparseloom.profile.features.default_sample_count`).
-        feature_set: ``extended`` (default) or ``paper``.
-        config: how latencies are measured.
-        subgraphs: S (``None``: one per processor).
-        seed: seed of the sampled stitched variants and of the estimators.
-        evaluation_processor: where accuracies and fidelities are measured.
-        variants: the zoo's variant names (``None``: the workload file's ``variants``, else
-            the default list), as ``zoo build --variants`` takes them.
-        compressor_options: keyword options per compressor (``None``: the workload file's
-            ``[compressors.<name>]`` tables).
-    """
-
-    accuracy_estimator: str = "xgboost"
-    latency_estimator: str = "additive"
-    samples: int | None = None
-    feature_set: str = attrs.field(default=DEFAULT_FEATURE_SET,
-                                   validator=attrs.validators.in_(FEATURE_SETS))
-    config: ProfilerConfig = attrs.field(factory=ProfilerConfig)
-    subgraphs: int | None = None
-    seed: int = 0
-    evaluation_processor: str = "ort:CPU"
-    variants: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
-    compressor_options: Mapping[str, Mapping[str, Any]] | None = attrs.field(
-        default=None, hash=False)
-
-    def for_workload(self, workload: Any) -> ProfileOptions:
-        """These options with the zoo settings the workload file gives where none are set."""
-        return attrs.evolve(
-            self,
-            variants=self.variants or tuple(getattr(workload, "variants", ()) or ()) or None,
-            compressor_options=(self.compressor_options if self.compressor_options is not None
-                                else dict(getattr(workload, "compressor_options", {}) or {})))
-
-
-def check_estimator(name: str, capability: str) -> None:
-    """Raise :class:`ProfileError` unless ``name`` is a registered ``capability`` estimator."""
-    registration = get_registry().get_estimator(name)  # UnknownNameError lists the known ones
-    if capability not in registration.capabilities:
-        usable = [r.name for r in get_registry().estimators(capability)]
-        raise ProfileError(
-            f"estimator {name!r} cannot estimate {capability} (its capabilities: "
-            f"{', '.join(registration.capabilities) or 'none'}); {capability} estimators: "
-            f"{', '.join(usable) or 'none'}"
-        )
-
-
-def resolve_processors(specs: Sequence[str | Processor] | None, workload: Any) -> list[Processor]:
-    """The processors to profile: ``specs``, else the workload's, else the default set."""
-    from sparseloom.core.processors import default_processors, get_processor
-
-    chosen = list(specs or getattr(workload, "processors", ()) or [])
-    processors = [get_processor(s) for s in chosen] if chosen else default_processors()
-    if not processors:
-        raise ProfileError("no processor is available to profile on; run `sparseloom devices`")
-    return processors
-
-
-def processor_key(processor: Processor) -> dict[str, Any]:
-    """What of a processor changes its measurements (part of the cache key)."""
-    from sparseloom.core.processors import format_processor_spec
-
-    return {"spec": format_processor_spec(processor), "device": processor.full_name}
-
-
-def zoo_for(task: Any, processors: Sequence[Processor], options: ProfileOptions,
-            progress: bool) -> Any:
-    """The task's zoo with S = ``options.subgraphs`` (default: one position per processor)."""
-    from sparseloom.zoo.build import build_zoo
-    from sparseloom.zoo.options import ZooOptions, default_subgraphs
-
-    zoo_options = ZooOptions(subgraphs=options.subgraphs or default_subgraphs(processors),
-                             variants=options.variants,
-                             compressor_options=options.compressor_options or {},
-                             evaluation_processor=options.evaluation_processor)
-    return build_zoo(task, zoo_options, progress=progress)
 
 
 def build_profile(
@@ -158,6 +73,7 @@ def build_profile(
     zoos: Mapping[str, Any] | None = None,
     strict: bool = False,
     cache_root: str | os.PathLike[str] | None = None,
+    executor: ProfileExecutor | None = None,
 ) -> ProfileTable:
     """Measure and estimate the profile table of ``workload`` (a name, path or Workload).
 
@@ -168,6 +84,7 @@ def build_profile(
     :param strict: raise :class:`ProfileError` when any subgraph failed (the partial profile
         is saved first); otherwise failures are listed in ``table.meta["failures"]``.
     :param cache_root: where profiles are cached (default ``cache_dir()/profiles``).
+    :param executor: runs the measurements (default: ``options.executor``'s; one given stays open).
     """
     from sparseloom.workload.load import load_workload
 
@@ -181,6 +98,7 @@ def build_profile(
     chosen = resolve_processors(processors, loaded)
     options = options.for_workload(loaded)
     resolve_backend = resolve_backend or default_backend_resolver
+    running = executor or executor_for(options, progress)
     task_zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
                  for t in loaded.tasks}
     for name, zoo in task_zoos.items():
@@ -208,18 +126,23 @@ def build_profile(
         "estimators": {"accuracy": options.accuracy_estimator,
                        "latency": options.latency_estimator,
                        "feature_set": options.feature_set},
-        "timings": {}, "failures": [], "samples": {}, "cache_hits": {},
+        "timings": {}, "failures": [], "samples": {}, "cache_hits": {}, "executor": running.name,
     })
-    for task in loaded.tasks:
-        profile, timings, failures, hits = _profile_task(
-            task, task_zoos[task.name], chosen, options, (store, accuracy_store),
-            resolve_backend, progress)
-        table.tasks[task.name] = profile
-        table.meta["timings"][task.name] = timings
-        table.meta["failures"].extend(attrs.asdict(f) for f in failures)
-        table.meta["cache_hits"][task.name] = hits
-        table.meta["samples"][task.name] = int(np.count_nonzero(
-            ~np.isnan(profile.accuracy_measured)))
+    with contextlib.nullcontext() if executor is not None else running:
+        for task in loaded.tasks:
+            profile, timings, failures, hits = _profile_task(
+                task, task_zoos[task.name], chosen, options, (store, accuracy_store),
+                resolve_backend, progress, running)
+            table.tasks[task.name] = profile
+            if "subset_rows" in timings:
+                table.meta.setdefault("sample_rows", {})[task.name] = {
+                    "rows": int(timings.pop("subset_rows")), "of": len(task.labels),
+                    "originals_mae": timings.pop("subset_error")}
+            table.meta["timings"][task.name] = timings
+            table.meta["failures"].extend(attrs.asdict(f) for f in failures)
+            table.meta["cache_hits"][task.name] = hits
+            table.meta["samples"][task.name] = int(np.count_nonzero(
+                ~np.isnan(profile.accuracy_measured)))
     directory = store.table_directory(table.meta["estimators"] | {"seed": options.seed,
                                                                  "samples": options.samples})
     table.meta["table_directory"] = str(directory)
@@ -238,18 +161,21 @@ def build_profile(
 def _profile_task(
     task: Any, zoo: Any, processors: Sequence[Processor], options: ProfileOptions,
     stores: tuple[ProfileStore, ProfileStore], resolve_backend: BackendResolver, progress: bool,
+    executor: ProfileExecutor,
 ) -> tuple[TaskProfile, dict[str, float], list[ProfileFailure], list[str]]:
     store, accuracy_store = stores
     variants = zoo.variants
     s, v = zoo.positions, len(variants)
     timings: dict[str, float] = {}
     hits: list[str] = []
-    activations, fidelity = _fidelity(task, zoo, options, accuracy_store, timings, hits)
+    activations, fidelity = _fidelity(task, zoo, options, accuracy_store, timings, hits,
+                                      executor)
     jobs = subgraph_jobs(zoo, activations)
     measurement, failures = _measure(task, jobs, processors, options, store,
-                                     resolve_backend, progress, timings, hits)
+                                     resolve_backend, progress, timings, hits, executor)
     handoff = np.nan_to_num(measurement["handoff_ms"], nan=0.0)
-    measured = _accuracy_samples(task, zoo, options, accuracy_store, timings, hits)
+    measured = _accuracy_samples(task, zoo, options, accuracy_store, timings, hits,
+                                 progress, executor)
     features = SubgraphFeatures(
         source_accuracy=[measured[(i,) * s] for i in range(v)],
         kinds=[info.kind for info in variants], levels=[info.level for info in variants],
@@ -285,16 +211,14 @@ def subgraph_jobs(zoo: Any, inputs: Sequence[Mapping[str, np.ndarray]]) -> list[
 
 def _fidelity(
     task: Any, zoo: Any, options: ProfileOptions, store: ProfileStore,
-    timings: dict[str, float], hits: list[str],
+    timings: dict[str, float], hits: list[str], executor: ProfileExecutor,
 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
     """Dense-prefix activations at every position and the (S, V) output fidelity errors."""
     from sparseloom.zoo.evaluate import SubgraphRunner
 
     name = f"fidelity-{task.name}"
     cached = store.load(name)
-    s, v = zoo.positions, len(zoo.variants)
     started = time.perf_counter()
-    error = np.zeros((s, v))
     with SubgraphRunner(processor=options.evaluation_processor) as runner:
         activations, dense = dense_activations(
             zoo, take_batch(task.calibration_inputs, 0, FIDELITY_ROWS), runner.run)
@@ -302,11 +226,8 @@ def _fidelity(
             hits.append(name)
             timings["fidelity"] = float(cached[1]["seconds"])
             return activations, cached[0]["fidelity_error"]
-        for j in range(s):
-            for i in range(1, v):
-                out = runner.run(zoo.subgraph_path(j, i), activations[j])
-                error[j, i] = float(np.mean([relative_error(out[k], dense[j][k])
-                                             for k in dense[j]]))
+        error = executor.fidelity_errors(zoo, activations, dense,
+                                         processor=options.evaluation_processor)
     timings["fidelity"] = time.perf_counter() - started
     store.save(name, {"fidelity_error": error}, {"seconds": timings["fidelity"]})
     return activations, error
@@ -315,7 +236,7 @@ def _fidelity(
 def _measure(
     task: Any, jobs: Sequence[SubgraphJob], processors: Sequence[Processor],
     options: ProfileOptions, store: ProfileStore, resolve_backend: BackendResolver,
-    progress: bool, timings: dict[str, float], hits: list[str],
+    progress: bool, timings: dict[str, float], hits: list[str], executor: ProfileExecutor,
 ) -> tuple[dict[str, np.ndarray], list[ProfileFailure]]:
     """Subgraph latencies and hand-offs of one task (cached; re-measured if anything failed).
 
@@ -331,8 +252,8 @@ def _measure(
                   desc=f"{task.name}: profiling subgraphs", unit="step",
                   disable=not progress, leave=False) as bar:
             started = time.perf_counter()
-            result = measure_task(task.name, jobs, processors, resolve_backend,
-                                  options.config, seed=options.seed, tick=bar.update)
+            result = executor.measure_latency(task.name, jobs, processors, resolve_backend,
+                                              options.config, seed=options.seed, tick=bar.update)
         meta: dict[str, Any] = {"seconds": time.perf_counter() - started,
                                 "failures": [attrs.asdict(f) for f in result.failures]}
         store.save(name, result.to_arrays(), meta)
@@ -345,22 +266,36 @@ def _measure(
 
 def _accuracy_samples(
     task: Any, zoo: Any, options: ProfileOptions, store: ProfileStore,
-    timings: dict[str, float], hits: list[str],
+    timings: dict[str, float], hits: list[str], progress: bool, executor: ProfileExecutor,
 ) -> dict[tuple[int, ...], float]:
-    """Exact metrics of the V originals and N − V sampled stitched variants (cached)."""
-    from sparseloom.zoo.evaluate import evaluate_stitched
+    """Exact metrics of the V originals and N − V sampled stitched variants (cached).
+
+    With ``options.sample_rows`` they are measured on a stratified subset of the eval rows and
+    ``timings`` gains ``subset_rows`` and ``subset_error`` (the mean absolute difference of the
+    originals' subset metrics from their full-set metrics in the zoo manifest).
+    """
+    from sparseloom.workload.subset import stratified_rows
+    from sparseloom.zoo.evaluate import prefix_passes
 
     s, v = zoo.positions, len(zoo.variants)
     count = options.samples if options.samples is not None else default_sample_count(v, s)
     rows = sample_training_rows(v, s, count, options.seed)
+    eval_rows = None
     name = f"accuracy-{task.name}-n{rows.size}-seed{options.seed}"
+    if options.sample_rows is not None:
+        eval_rows = stratified_rows(np.asarray(task.labels), options.sample_rows, options.seed)
+        name += f"-rows{eval_rows.size}"
     cached = store.load(name)
     if cached is None:
         choices = [tuple(int(c) for c in row)
                    for row in np.stack(np.unravel_index(rows, (v,) * s), axis=-1)]
-        report = evaluate_stitched(zoo, task, choices, processor=options.evaluation_processor)
+        report = executor.evaluate(zoo, task, choices, processor=options.evaluation_processor,
+                                   rows=eval_rows, progress=progress)
         values = np.array([report.metrics[c] for c in choices])
-        meta = {"seconds": report.seconds, "passes": report.passes}
+        # The cost of measuring them, also when another step (the Pareto analysis, a
+        # validation) had already measured some into the zoo's metric store.
+        meta = {"seconds": report.cost_seconds, "passes": prefix_passes(choices),
+                "rows": report.rows}
         store.save(name, {"rows": rows, "metrics": values}, meta)
         cached = ({"rows": rows, "metrics": values}, meta)
     else:
@@ -368,7 +303,11 @@ def _accuracy_samples(
     timings["accuracy_samples"] = float(cached[1]["seconds"])
     timings["seconds_per_pass"] = float(cached[1]["seconds"]) / max(1, cached[1]["passes"])
     grid = np.stack(np.unravel_index(cached[0]["rows"], (v,) * s), axis=-1)
-    return {tuple(int(c) for c in row): float(m)
-            for row, m in zip(grid, cached[0]["metrics"], strict=True)}
-
-
+    measured = {tuple(int(c) for c in row): float(m)
+                for row, m in zip(grid, cached[0]["metrics"], strict=True)}
+    full = [info.metric for info in zoo.variants]
+    if eval_rows is not None and eval_rows.size < len(task.labels) and None not in full:
+        subset = [measured[(i,) * s] for i in range(v)]
+        timings["subset_rows"] = float(eval_rows.size)
+        timings["subset_error"] = float(np.mean(np.abs(np.subtract(subset, full))))
+    return measured

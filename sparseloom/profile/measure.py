@@ -120,8 +120,9 @@ class SubgraphJob:
 class TaskMeasurement:
     """Measurements of one task's subgraphs on every processor (arrays are (S, V, P)).
 
-    ``handoff_ms`` is (S-1, P, P); ``chain_ms`` the median of each validation chain; cells
-    that could not be measured are NaN.
+    ``handoff_ms`` is (S-1, P, P); ``chain_ms`` the configured statistic of each validation
+    chain's rounds and ``chain_spread_ms`` their inter-quartile range (the round-to-round
+    noise of a chain); cells that could not be measured are NaN.
     """
 
     latency_ms: np.ndarray
@@ -133,6 +134,7 @@ class TaskMeasurement:
     handoff_ms: np.ndarray
     failures: list[ProfileFailure]
     chain_ms: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
+    chain_spread_ms: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays, for an ``.npz`` cache file."""
@@ -222,7 +224,7 @@ def measure_task(
         compile_ms=np.full(shape, np.nan), load_ms=np.full(shape, np.nan),
         memory_bytes=np.zeros(shape, dtype=np.int64),
         handoff_ms=np.full((max(positions - 1, 0), count, count), np.nan), failures=[],
-        chain_ms=np.full(len(chains), np.nan))
+        chain_ms=np.full(len(chains), np.nan), chain_spread_ms=np.full(len(chains), np.nan))
     loaded = _Loaded({(job.position, job.variant): job for job in jobs})
     tick = tick or (lambda _: None)
 
@@ -331,6 +333,7 @@ def _record(result: TaskMeasurement, samples: Mapping[Timing, list[float]],
             result.handoff_ms[item.position, item.first, item.second] = config.reduce(array)
         elif isinstance(item, ChainTimingItem):
             result.chain_ms[item.index] = config.reduce(array)
+            result.chain_spread_ms[item.index] = _spread(array)
 
 
 def chain_inputs(

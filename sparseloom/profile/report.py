@@ -8,6 +8,10 @@ random processor orders), and returns a JSON-ready report with per-task and over
 * ``latency.mae_ms``, ``latency.mape`` (a fraction), beside ``latency.mean_baseline_mape`` (the
   MAPE of always predicting the mean measured latency) and ``latency.pearson_r``: the latency
   goal is MET only when the MAPE also beats that baseline;
+* per task, ``latency.usefulness``: MET when the MAPE is at most ⅔ of that baseline's and
+  r ≥ 0.9, else WITHIN NOISE when the chains' own noise caps r below 0.9, else NOT MET
+  (:func:`~sparseloom.profile.validation.latency_verdict`); ``latency.points`` keep each
+  chain's round-to-round ``spread_ms`` and ``latency.profile_now`` the re-timed cells;
 * ``profiling.seconds``, ``profiling.exhaustive_seconds_estimate`` (and measured, and V=10).
 """
 
@@ -37,6 +41,7 @@ from sparseloom.profile.validation import (
     accuracy_report,
     ground_truth,
     latency_report,
+    latency_verdict,
     sample_chains,
     usefulness,
 )
@@ -167,9 +172,26 @@ def _latency_entry(
     entry["cached_profile"] = {key: cached[key] for key in ("mae_ms", "mape", "count")}
     entry["drift"] = _mean([float(np.nanmedian(fresh.latency_ms / profile.latency_ms))])
     entry["failures"] = [attrs.asdict(failure) for failure in fresh.failures]
+    spreads = np.asarray(fresh.chain_spread_ms, dtype=np.float64)
+    if spreads.size != len(chains):  # a measurement that did not record the chains' spread
+        spreads = np.full(len(chains), np.nan)
+    for point, spread in zip(entry["points"], spreads, strict=True):
+        point["spread_ms"] = float(spread) if np.isfinite(spread) else None
+    entry["usefulness"] = latency_verdict(entry, fresh.chain_ms, spreads,
+                                          options.config.repeats)
+    # the re-timed cells the estimate was computed from, so estimators can be studied offline
+    entry["profile_now"] = {"latency_ms": _json_array(fresh.latency_ms),
+                            "handoff_ms": _json_array(fresh.handoff_ms),
+                            "cached_latency_ms": _json_array(profile.latency_ms)}
     finite = fresh.chain_ms[np.isfinite(fresh.chain_ms)]
     rounds = options.config.repeats + options.config.warmup
     return entry, fresh.chain_ms, float(finite.sum()) * rounds / 1e3, len(chains) == pairs
+
+
+def _json_array(values: np.ndarray) -> list[Any]:
+    """``values`` as nested lists, 5 decimals, ``None`` where not finite (strict JSON)."""
+    rounded = np.round(np.asarray(values, dtype=np.float64), 5)
+    return np.where(np.isfinite(rounded), rounded, None).tolist()
 
 
 def _load_average() -> float | None:

@@ -155,6 +155,53 @@ def latency_figures(measured_ms: np.ndarray, estimated_ms: np.ndarray) -> dict[s
     }
 
 
+#: The latency estimate must beat always predicting the mean by this fraction of its MAPE.
+USEFUL_MAPE_GAIN = 1 / 3
+#: ... and correlate with the measurements at least this well (Pearson r).
+USEFUL_PEARSON_R = 0.9
+
+
+def latency_verdict(figures: dict[str, Any], measured_ms: np.ndarray,
+                    chain_spread_ms: np.ndarray | None, rounds: int) -> dict[str, Any]:
+    """Is a task's latency estimate *useful*, not only close on average?
+
+    ``MET`` needs a MAPE at most ``(1 − 1/3)`` of the constant-mean baseline's and Pearson
+    r ≥ 0.9. Measurement noise caps r: a chain's figure (a statistic of ``rounds`` rounds)
+    has a standard error of about its round-to-round IQR / √rounds (``noise_ms``: the median
+    over the chains), so even a perfect estimator reaches at most
+    ``r_ceiling = √(1 − noise² / var(measured))``. When the estimate is not useful and that
+    ceiling is below 0.9, the task's true latencies differ too little to be ranked and the
+    verdict is ``WITHIN NOISE`` instead of ``NOT MET``. (The ceiling is conservative: rounds
+    with pre-emption bursts widen the IQR more than they move the p25 a chain records.)
+
+    :param figures: :func:`latency_figures` of the task.
+    :param chain_spread_ms: round-to-round IQR of each measured chain (``None``: unknown).
+    :param rounds: timed rounds per chain.
+    """
+    measured = np.asarray(measured_ms, dtype=np.float64)
+    measured = measured[np.isfinite(measured)]
+    spreads = (np.asarray(chain_spread_ms, dtype=np.float64) if chain_spread_ms is not None
+               else np.zeros(0))
+    spreads = spreads[np.isfinite(spreads)]
+    spread = float(np.std(measured)) if measured.size > 1 else None
+    noise = float(np.median(spreads)) / math.sqrt(max(rounds, 1)) if spreads.size else None
+    ceiling = (math.sqrt(max(0.0, 1 - noise**2 / spread**2))
+               if spread and noise is not None else None)
+    mape_value, baseline, pearson = (figures.get("mape"), figures.get("mean_baseline_mape"),
+                                     figures.get("pearson_r"))
+    beats = (mape_value is not None and baseline is not None
+             and mape_value <= (1 - USEFUL_MAPE_GAIN) * baseline)
+    correlated = pearson is not None and pearson >= USEFUL_PEARSON_R
+    within_noise = ceiling is not None and ceiling < USEFUL_PEARSON_R
+    # MET wins: heavy-tailed rounds (pre-emption bursts) overstate the noise, and an estimate
+    # that reaches r >= 0.9 has shown the spread was measurable after all
+    verdict = "MET" if beats and correlated else "WITHIN NOISE" if within_noise else "NOT MET"
+    return {"verdict": verdict, "beats_mean_by_a_third": bool(beats),
+            "pearson_at_least": USEFUL_PEARSON_R, "pearson_ok": bool(correlated),
+            "spread_ms": spread, "noise_ms": noise, "r_ceiling": ceiling,
+            "within_noise": bool(within_noise)}
+
+
 def _nan_to_none(value: float) -> float | None:
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
@@ -186,8 +233,8 @@ def ground_truth(task: Any, zoo: Any, store: Any, evaluation_processor: str,
         truth = np.full(total, np.nan)
         for choices, value in report.metrics.items():
             truth[np.ravel_multi_index(choices, shape)] = value
-        store.save(name, {"truth": truth}, {"seconds": report.seconds})
-        cached = ({"truth": truth}, {"seconds": report.seconds})
+        store.save(name, {"truth": truth}, {"seconds": report.cost_seconds})
+        cached = ({"truth": truth}, {"seconds": report.cost_seconds})
     return cached[0]["truth"], float(cached[1]["seconds"])
 
 

@@ -13,6 +13,8 @@ The format (paths are relative to the TOML file)::
 
     [profile]                           # optional: profiler settings (docs/profile.md)
     accuracy_estimator = "xgboost"
+    executor = "ray"                    # optional: local (default) or ray
+    ray_resources = { "ov:NPU" = "soc-npu" }  # optional: processor -> Ray node resource
 
     [[task]]
     name = "mytask"
@@ -63,6 +65,7 @@ _TOP_KEYS = {
 #: The ``[profile]`` table: which estimators (by registered name) and settings the profiler uses.
 _PROFILE_KEYS = {
     "accuracy_estimator": str, "latency_estimator": str, "samples": int, "features": str,
+    "executor": str, "ray_resources": dict,
 }
 _TASK_KEYS = {
     "name": str,
@@ -216,6 +219,7 @@ def read_workload_file(
         raise ConfigError(f"{where} is not valid TOML: {error}") from None
     _check_keys(document, _TOP_KEYS, where)
     _check_keys(document.get("profile", {}), _PROFILE_KEYS, f"{where} [profile]")
+    _check_executor(document.get("profile", {}), f"{where} [profile]")
     raw_tasks = document.get("task", [])
     if not raw_tasks:
         raise ConfigError(f"{where}: no tasks; add at least one [[task]] table")
@@ -244,6 +248,18 @@ def read_workload_file(
         variants=_parse_variants(document.get("variants", []), where),
         compressor_options=_parse_compressors(document.get("compressors", {}), where),
     )
+
+
+def _check_executor(table: Mapping[str, Any], where: str) -> None:
+    """``executor`` and ``ray_resources`` of the ``[profile]`` table (docs/profile.md)."""
+    if table.get("executor", "local") not in ("local", "ray"):
+        raise ConfigError(f"{where}: executor {table['executor']!r} is unknown; use \"local\" "
+                          f"(this process, the default) or \"ray\" (a Ray cluster)")
+    for processor, resource in table.get("ray_resources", {}).items():
+        if not isinstance(resource, str) or not resource.strip():
+            raise ConfigError(
+                f"{where}: ray_resources.{processor} must name the Ray custom resource of the "
+                f"node that measures {processor} (e.g. \"soc-npu\"), got {resource!r}")
 
 
 def _parse_variants(variants: list[Any], where: str) -> tuple[str, ...]:

@@ -184,6 +184,7 @@ def _build(
         with SubgraphRunner(processor=config["evaluation_processor"]) as runner:
             report = evaluate_stitched(
                 zoo, task, [(v,) * subgraphs for v in range(len(specs))], runner=runner,
+                progress=progress,
             )
         bar.update(len(specs))
     finally:

@@ -78,6 +78,14 @@ def test_validate_json_report_and_plots(tmp_path: Path) -> None:
     assert latency["mape"] == pytest.approx(
         (np.abs(estimated_ms - measured_ms) / measured_ms).mean())
     assert latency["bias_ms"] == pytest.approx((estimated_ms - measured_ms).mean())
+    # Per task: is the estimate useful (a third better than the mean, r >= 0.9), or is the
+    # spread within noise; every chain keeps its round-to-round spread, the re-timed cells too.
+    useful = latency["usefulness"]
+    assert useful["verdict"] in ("MET", "NOT MET", "WITHIN NOISE")
+    assert useful["beats_mean_by_a_third"] == (
+        latency["mape"] <= 2 / 3 * latency["mean_baseline_mape"])
+    assert all(p["spread_ms"] is not None and p["spread_ms"] >= 0 for p in latency["points"])
+    assert np.asarray(latency["profile_now"]["latency_ms"]).shape == (2, 10, 2)
 
     # Profiling cost: the phases add up, and the reduction is against the exhaustive estimate.
     cost = task["profiling"]

@@ -65,22 +65,22 @@ def test_task_cost_extrapolates_with_the_same_units() -> None:
     # V = 3 is this task: measured, not extrapolated
     assert by_variants[3]["seconds_estimate"] == pytest.approx(20.0)
     assert by_variants[3]["exhaustive_seconds_estimate"] == pytest.approx(27.0)
-    # V = 4: fidelity 1/3·2·4 + profile 1·2·4·2 + N = 8 samples · 2 passes · 0.5 + fit 1;
+    # V = 4: fidelity 1/3·2·4 + profile 1·2·4·2 + N = 12 samples · 2 passes · 0.5 + fit 1;
     # exhaustive 16 · 3
-    assert by_variants[4]["seconds_estimate"] == pytest.approx(8 / 3 + 16 + 8 + 1)
+    assert by_variants[4]["seconds_estimate"] == pytest.approx(8 / 3 + 16 + 12 + 1)
     assert by_variants[4]["exhaustive_seconds_estimate"] == pytest.approx(48.0)
-    # V = 10: N = 50; exhaustive 100 · 3
+    # V = 10: N = 80; exhaustive 100 · 3
     v10 = cost["v10"]
     assert v10 == by_variants[10]
-    assert v10["seconds_estimate"] == pytest.approx(20 / 3 + 40 + 50 + 1)
+    assert v10["seconds_estimate"] == pytest.approx(20 / 3 + 40 + 80 + 1)
     assert v10["exhaustive_seconds_estimate"] == pytest.approx(300.0)
-    assert v10["reduction"] == pytest.approx(1 - (20 / 3 + 91) / 300)
-    # The paper's S = P = 3: 3! orders, N = 75; exhaustive 1000 · (1.5 + 6 · 1.25)
+    assert v10["reduction"] == pytest.approx(1 - (20 / 3 + 121) / 300)
+    # The paper's S = P = 3: 3! orders, N = 120; exhaustive 1000 · (1.5 + 6 · 1.25)
     paper = cost["paper_setting"]
     assert (paper["variants"], paper["positions"], paper["processors"]) == (10, 3, 3)
-    assert paper["seconds_estimate"] == pytest.approx(10 + 90 + 75 * 3 * 0.5 + 1)
+    assert paper["seconds_estimate"] == pytest.approx(10 + 90 + 120 * 3 * 0.5 + 1)
     assert paper["exhaustive_seconds_estimate"] == pytest.approx(9000.0)
-    assert paper["reduction"] == pytest.approx(1 - 213.5 / 9000)
+    assert paper["reduction"] == pytest.approx(1 - 281 / 9000)
 
 
 def test_overall_cost_sums_the_tasks() -> None:
@@ -95,12 +95,12 @@ def test_overall_cost_sums_the_tasks() -> None:
     # one task without a measured exhaustive figure: no measured total
     assert both["exhaustive_seconds_measured"] is None and both["reduction_measured"] is None
     # At V = 2 the same phase times spread over fewer subgraphs: fidelity 1/2 s and
-    # profile 3/2 s per subgraph, so at V = 10 the second task costs 1/2·20 + 3/2·40 + 50 + 1.
-    assert both["v10"]["seconds_estimate"] == pytest.approx((20 / 3 + 91) + 121)
+    # profile 3/2 s per subgraph, so at V = 10 the second task costs 1/2·20 + 3/2·40 + 80 + 1.
+    assert both["v10"]["seconds_estimate"] == pytest.approx((20 / 3 + 121) + 151)
     assert both["v10"]["exhaustive_seconds_estimate"] == pytest.approx(600.0)
-    paper_second = 0.5 * 30 + 1.5 * 90 + 75 * 3 * 0.5 + 1
+    paper_second = 0.5 * 30 + 1.5 * 90 + 120 * 3 * 0.5 + 1
     assert both["paper_setting"]["reduction"] == pytest.approx(
-        1 - (213.5 + paper_second) / 18000)
+        1 - (281 + paper_second) / 18000)
     alone = overall_cost({"a": first})
     assert alone["exhaustive_seconds_measured"] == pytest.approx(23.0)
     assert alone["reduction_measured"] == pytest.approx(1 - 20 / 23)

@@ -18,6 +18,7 @@ from sparseloom.profile.builder import ProfileOptions, build_profile
 from sparseloom.profile.measure import ProfilerConfig, default_backend_resolver
 from sparseloom.profile.table import ProfileTable
 from sparseloom.zoo.options import ZooOptions
+from tests.profile.loaded_wrapper import WrappedLoaded
 
 #: A small zoo keeps these tests fast: S = 2 positions × V = 4 variants, 16 stitched.
 VARIANTS = ("dense", "unstructured-0.5", "structured-0.5", "unstructured-0.9")
@@ -252,17 +253,8 @@ class FailingBackendForTest:
 
 
 @attrs.define
-class _Tagged:
-    inner: Any
+class _Tagged(WrappedLoaded):
     failing: bool
-
-    @property
-    def memory_bytes(self) -> int:
-        return int(self.inner.memory_bytes)
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(self.inner.input_names)
 
 
 def test_processor_failing_mid_profile_keeps_the_rest(tiny: Any, tiny_zoos: dict[str, Any],

@@ -131,6 +131,10 @@ BAD_TOML = [
      r"\[profile\]: unknown key 'estimator'"),
     ('[profile]\nsamples = "many"\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
      "'samples' must be a number"),
+    ('[profile]\nexecutor = "nope"\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
+     "executor 'nope' is unknown; use \"local\""),
+    ('[profile]\nray_resources = { "ov:NPU" = 1 }\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
+     "ray_resources.ov:NPU must name the Ray custom resource"),
 ]
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
-from sparseloom.plugins.estimators.common import MIN_TRAINING_SAMPLES, TreeAccuracyEstimator
+from sparseloom.plugins.estimators.common import (
+    MIN_TRAINING_SAMPLES,
+    TreeAccuracyEstimator,
+    lightgbm_params,
+)
 
 
 class LightGBMAccuracyEstimator(TreeAccuracyEstimator):
@@ -28,12 +32,9 @@ class LightGBMAccuracyEstimator(TreeAccuracyEstimator):
         seed: int = 0,
         **params: Any,
     ) -> None:
-        options: dict[str, Any] = {
-            "n_estimators": n_estimators, "num_leaves": num_leaves,
-            "learning_rate": learning_rate, "min_child_samples": min_child_samples,
-            "min_data_in_bin": 1, "min_split_gain": 0.0, "reg_lambda": 1.0,
-            "n_jobs": 1, "random_state": seed, "verbose": -1, **params,
-        }
+        options = lightgbm_params(n_estimators=n_estimators, num_leaves=num_leaves,
+                                  learning_rate=learning_rate,
+                                  min_child_samples=min_child_samples, seed=seed, **params)
         super().__init__(options, min_samples)
 
     def make_model(self) -> Any:

@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
-from sparseloom.plugins.estimators.common import MIN_TRAINING_SAMPLES, TreeAccuracyEstimator
+from sparseloom.plugins.estimators.common import (
+    MIN_TRAINING_SAMPLES,
+    TreeAccuracyEstimator,
+    xgboost_params,
+)
 
 
 class XGBoostAccuracyEstimator(TreeAccuracyEstimator):
@@ -28,12 +32,9 @@ class XGBoostAccuracyEstimator(TreeAccuracyEstimator):
         seed: int = 0,
         **params: Any,
     ) -> None:
-        options: dict[str, Any] = {
-            "n_estimators": n_estimators, "max_depth": max_depth,
-            "learning_rate": learning_rate, "min_child_weight": 1.0, "subsample": 1.0,
-            "reg_lambda": 1.0, "tree_method": "hist", "n_jobs": 1, "random_state": seed,
-            **params,
-        }
+        options = xgboost_params(n_estimators=n_estimators, max_depth=max_depth,
+                                 learning_rate=learning_rate, seed=seed, min_child_weight=1.0,
+                                 subsample=1.0, **params)
         super().__init__(options, min_samples)
 
     def make_model(self) -> Any:
