@@ -158,6 +158,12 @@ def _echo_validation(report: dict[str, Any]) -> None:
                        f"Pearson r {_fmt(goal['pearson_r'])}")
         click.echo(f"{label}: {_fmt(goal['ours'], '%')} (paper {goal['paper']:.2%}{context}) "
                    f"{verdict}")
+    reused = {name: entry["latency"].get("timed_at") for name, entry in report["tasks"].items()
+              if entry["latency"].get("from_cache")}
+    if reused:
+        click.echo("latency chains read from the cache (timed at "
+                   + ", ".join(f"{name} {when}" for name, when in reused.items())
+                   + "); --no-cache times everything again")
     for name, entry in report["tasks"].items():
         useful = entry["latency"].get("usefulness")
         if useful:  # per task: beat the mean by a third and r >= 0.9, unless it is all noise

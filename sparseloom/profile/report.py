@@ -32,7 +32,12 @@ from sparseloom.profile.builder import (
     zoo_for,
 )
 from sparseloom.profile.cost import overall_cost, placement_orders, task_cost
-from sparseloom.profile.measure import BackendResolver, default_backend_resolver, measure_task
+from sparseloom.profile.measure import (
+    BackendResolver,
+    TaskMeasurement,
+    default_backend_resolver,
+    measure_task,
+)
 from sparseloom.profile.metrics import mae, mape
 from sparseloom.profile.store import ProfileStore
 from sparseloom.profile.table import ProfileTable
@@ -110,7 +115,8 @@ def validate(
                 eval_rows=int(getattr(task, "num_eval", 0)) or None)
         latency, measured, chain_seconds, complete = _latency_entry(
             table, task, zoo, chosen, options, resolve_backend, latency_samples,
-            exhaustive_chain_limit)
+            exhaustive_chain_limit, ProfileStore(table.meta["cache_directory"],
+                                                 enabled=use_cache), progress)
         entry["latency"] = latency
         pooled_measured.append(measured)
         pooled_estimated.append(np.array([np.nan if p["estimated_ms"] is None
@@ -143,26 +149,21 @@ def validate(
 def _latency_entry(
     table: ProfileTable, task: Any, zoo: Any, chosen: Sequence[Any], options: ProfileOptions,
     resolve_backend: BackendResolver, latency_samples: int, exhaustive_chain_limit: int,
+    store: ProfileStore | None = None, progress: bool = False,
 ) -> tuple[dict[str, Any], np.ndarray, float, bool]:
     """Time chains end to end and judge the latency estimator on them.
 
     Returns the report entry, the measured chain latencies, the seconds spent timing chains
-    and whether every (stitched variant, order) pair was timed.
+    and whether every (stitched variant, order) pair was timed. The timing is cached in
+    ``store`` (the profile's latency cache), so validating the same profile again reads it;
+    the entry's ``timed_at`` says when it was measured and ``from_cache`` whether it was read.
     """
-    from sparseloom.zoo.evaluate import SubgraphRunner
-
     profile = table.task(task.name)
     pairs = profile.n_stitched * len(placement_orders(len(chosen), profile.n_positions))
     chains = sample_chains(profile, len(chosen), pairs if pairs <= exhaustive_chain_limit
                            else latency_samples, options.seed)
-    with SubgraphRunner(processor=options.evaluation_processor) as runner:
-        inputs, _ = dense_activations(
-            zoo, take_batch(task.calibration_inputs, 0, 1), runner.run)
-    # Ground-truth chains are timed in the same interleaved rounds as a fresh profile of the
-    # subgraphs, so drift in machine load between the cached profile and now is not counted
-    # as estimator error; the cached profile's own error is reported beside it.
-    fresh = measure_task(task.name, subgraph_jobs(zoo, inputs), chosen, resolve_backend,
-                         options.config, chains=chains, seed=options.seed + 7)
+    fresh, timed_at, from_cache = _timed_chains(task, zoo, chosen, options, resolve_backend,
+                                                chains, store, progress)
     now = ProfileTable(table.workload, table.processors, {task.name: attrs.evolve(
         profile, latency_ms=fresh.latency_ms, latency_spread_ms=fresh.spread_ms,
         latency_median_ms=fresh.median_ms,
@@ -183,6 +184,7 @@ def _latency_entry(
     entry["profile_now"] = {"latency_ms": _json_array(fresh.latency_ms),
                             "handoff_ms": _json_array(fresh.handoff_ms),
                             "cached_latency_ms": _json_array(profile.latency_ms)}
+    entry["timed_at"], entry["from_cache"] = timed_at, from_cache
     finite = fresh.chain_ms[np.isfinite(fresh.chain_ms)]
     rounds = options.config.repeats + options.config.warmup
     return entry, fresh.chain_ms, float(finite.sum()) * rounds / 1e3, len(chains) == pairs
@@ -192,6 +194,51 @@ def _json_array(values: np.ndarray) -> list[Any]:
     """``values`` as nested lists, 5 decimals, ``None`` where not finite (strict JSON)."""
     rounded = np.round(np.asarray(values, dtype=np.float64), 5)
     return np.where(np.isfinite(rounded), rounded, None).tolist()
+
+
+def _timed_chains(
+    task: Any, zoo: Any, chosen: Sequence[Any], options: ProfileOptions,
+    resolve_backend: BackendResolver, chains: Sequence[Any], store: ProfileStore | None,
+    progress: bool,
+) -> tuple[TaskMeasurement, str, bool]:
+    """A fresh profile of ``task``'s subgraphs with ``chains`` timed in the same rounds.
+
+    Ground-truth chains are timed in the same interleaved rounds as a fresh profile of the
+    subgraphs, so drift in machine load between the cached profile and now is not counted as
+    estimator error (the cached profile's own error is reported beside it).
+    """
+    import datetime
+
+    from tqdm import tqdm
+
+    from sparseloom.core.cache import config_hash
+    from sparseloom.zoo.evaluate import SubgraphRunner
+
+    name = f"validation-{task.name}-" + config_hash(
+        {"chains": [[list(map(int, c)), list(map(int, o))] for c, o in chains],
+         "seed": options.seed})
+    cached = store.load(name) if store is not None else None
+    if cached is not None and "chain_ms" in cached[0]:
+        arrays, meta = cached
+        fields = {k: arrays[k] for k in ("latency_ms", "median_ms", "spread_ms", "compile_ms",
+                                         "load_ms", "memory_bytes", "handoff_ms", "chain_ms",
+                                         "chain_spread_ms")}
+        return TaskMeasurement(failures=[], **fields), str(meta.get("timed_at")), True
+    with SubgraphRunner(processor=options.evaluation_processor) as runner:
+        inputs, _ = dense_activations(
+            zoo, take_batch(task.calibration_inputs, 0, 1), runner.run)
+    jobs = subgraph_jobs(zoo, inputs)
+    with tqdm(total=len(chosen) * len(jobs) + options.config.repeats,
+              desc=f"{task.name}: timing {len(chains)} chains", unit="step",
+              disable=not progress, leave=False) as bar:
+        fresh = measure_task(task.name, jobs, chosen, resolve_backend, options.config,
+                             chains=chains, seed=options.seed + 7, tick=bar.update)
+    timed_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    if store is not None and not fresh.failures:  # a failed timing is measured again
+        store.save(name, fresh.to_arrays() | {"chain_ms": fresh.chain_ms,
+                                              "chain_spread_ms": fresh.chain_spread_ms},
+                   {"timed_at": timed_at})
+    return fresh, timed_at, False
 
 
 def _load_average() -> float | None:

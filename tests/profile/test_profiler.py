@@ -316,3 +316,24 @@ def test_default_workload_validation() -> None:
     assert all(t["latency"]["count"] == 50 for t in report["tasks"].values())
     assert report["overall"]["profiling"]["paper_setting"]["reduction"] > 0.5
     assert table.meta["failures"] == []
+
+
+def test_validation_chain_timing_is_cached_and_says_so(
+        tiny: Any, tiny_zoos: dict[str, Any], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second validation of the same profile reads its chain timing; --no-cache re-times."""
+    from sparseloom.profile.report import validate
+
+    monkeypatch.setenv("SPARSELOOM_CACHE_DIR", str(tmp_path))  # profiles only: zoos are given
+    common = {"options": ProfileOptions(config=FAST, samples=8), "latency_samples": 6,
+              "exhaustive_chain_limit": 0, "repeats": 1, "ablation": False, "curve": False,
+              "progress": False, "zoos": tiny_zoos}
+    _, first = validate(tiny, **common)
+    _, second = validate(tiny, **common)
+    _, fresh = validate(tiny, use_cache=False, **common)
+    before, after = first["tasks"]["tiny"]["latency"], second["tasks"]["tiny"]["latency"]
+    assert before["from_cache"] is False and after["from_cache"] is True
+    assert after["timed_at"] == before["timed_at"]
+    assert [p["measured_ms"] for p in after["points"]] == [
+        p["measured_ms"] for p in before["points"]]
+    assert fresh["tasks"]["tiny"]["latency"]["from_cache"] is False
