@@ -53,7 +53,7 @@ def profile_options(loaded: Any, **given: Any) -> Any:
     defaults = _workload_defaults(loaded)
     settings = {
         "accuracy_estimator": defaults.get("accuracy_estimator", "xgboost"),
-        "latency_estimator": defaults.get("latency_estimator", "additive"),
+        "latency_estimator": defaults.get("latency_estimator", "additive-fitted"),
         "samples": defaults.get("samples"),
         "feature_set": defaults.get("features", "extended"),
         "executor": defaults.get("executor", "local"),
@@ -207,7 +207,7 @@ def _command_line(ctx: click.Context) -> str:
 @click.option("--accuracy-estimator", default=None,
               help="Accuracy estimator by name (default: the workload's, else xgboost).")
 @click.option("--latency-estimator", default=None,
-              help="Latency estimator by name (default: the workload's, else additive).")
+              help="Latency estimator by name (default: the workload's, else additive-fitted).")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="N: stitched variants measured exactly per task to train on.")
 @click.option("--features", type=click.Choice(["extended", "paper"]), default=None,

@@ -54,6 +54,7 @@ def latency_matrix(profile: TaskProfile, rows: np.ndarray, orders: np.ndarray,
         total += stage[:, orders[:, position]]
     if include_handoff:
         total += handoff_per_order(profile, orders)
+        return profile.apply_chain_fit(total)
     return total
 
 
@@ -115,4 +116,4 @@ def best_per_order(
         np.zeros(len(orders), dtype=np.int64)
     latency, picked = best.reshape(-1)[flat], best_row.reshape(-1)[flat]
     picked = np.where(np.isfinite(latency), picked, -1)
-    return latency + handoff_per_order(profile, orders), picked
+    return profile.apply_chain_fit(latency + handoff_per_order(profile, orders)), picked

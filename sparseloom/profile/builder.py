@@ -31,6 +31,7 @@ from sparseloom import __version__
 from sparseloom.core.errors import ProfileError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
+from sparseloom.profile.chain_fit import fit_chain_model
 from sparseloom.profile.estimate import estimate_accuracy
 from sparseloom.profile.executors import ProfileExecutor, executor_for
 from sparseloom.profile.features import (
@@ -138,6 +139,8 @@ def build_profile(
                 table.meta.setdefault("sample_rows", {})[task.name] = {
                     "rows": int(timings.pop("subset_rows")), "of": len(task.labels),
                     "originals_mae": timings.pop("subset_error")}
+            if "chain_check" in timings:
+                table.meta.setdefault("chain_check", {})[task.name] = timings.pop("chain_check")
             table.meta["timings"][task.name] = timings
             table.meta["failures"].extend(attrs.asdict(f) for f in failures)
             table.meta["cache_hits"][task.name] = hits
@@ -196,6 +199,13 @@ def _profile_task(
         memory_bytes=measurement["memory_bytes"],
         handoff_ms=handoff, accuracy_estimated=estimated, accuracy_measured=accuracy_measured,
         fidelity_error=fidelity)
+    if "chain_ms" in measurement:
+        chains = list(zip(measurement["chain_choices"].tolist(),
+                          measurement["chain_orders"].tolist(), strict=True))
+        profile.chain_fit, check = fit_chain_model(
+            profile, [p.name for p in processors], chains, measurement["chain_ms"],
+            options.latency_estimator)
+        timings["chain_check"] = check  # type: ignore[assignment]
     return profile, timings, failures, hits
 
 
@@ -248,20 +258,41 @@ def _measure(
     name = f"latency-{task.name}"
     cached = store.load(name)
     if cached is None or cached[1].get("failures"):
+        chains = fit_chains(jobs, len(processors), options.seed)
         with tqdm(total=len(processors) * len(jobs) + options.config.repeats,
                   desc=f"{task.name}: profiling subgraphs", unit="step",
                   disable=not progress, leave=False) as bar:
             started = time.perf_counter()
             result = executor.measure_latency(task.name, jobs, processors, resolve_backend,
-                                              options.config, seed=options.seed, tick=bar.update)
+                                              options.config, seed=options.seed, tick=bar.update,
+                                              chains=chains)
+        # A fit chain through a failing subgraph is left out of the fit (NaN), not counted
+        # again as a failure: the subgraph's own failure is.
+        failed = [f for f in result.failures if not f.operation.startswith("chain")]
         meta: dict[str, Any] = {"seconds": time.perf_counter() - started,
-                                "failures": [attrs.asdict(f) for f in result.failures]}
-        store.save(name, result.to_arrays(), meta)
-        cached = (result.to_arrays(), meta)
+                                "failures": [attrs.asdict(f) for f in failed]}
+        arrays = result.to_arrays() | {
+            "chain_ms": result.chain_ms,
+            "chain_choices": np.asarray([c for c, _ in chains], dtype=np.int64),
+            "chain_orders": np.asarray([o for _, o in chains], dtype=np.int64)}
+        store.save(name, arrays, meta)
+        cached = (arrays, meta)
     else:
         hits.append(name)
     timings["latency"] = float(cached[1]["seconds"])
     return cached[0], [ProfileFailure(**f) for f in cached[1].get("failures", [])]
+
+
+def fit_chains(jobs: Sequence[SubgraphJob], n_processors: int,
+               seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The chains timed with the subgraphs to fit the chain model (:mod:`~sparseloom.profile.
+    chain_fit`), drawn apart from validation's (another seed)."""
+    from sparseloom.profile.chain_fit import FIT_CHAINS
+    from sparseloom.profile.cost import random_chains
+
+    positions = 1 + max(job.position for job in jobs)
+    variants = 1 + max(job.variant for job in jobs)
+    return random_chains(variants, positions, n_processors, FIT_CHAINS, seed + 1009)
 
 
 def _accuracy_samples(

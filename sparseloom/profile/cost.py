@@ -36,6 +36,22 @@ def placement_orders(n_processors: int, n_positions: int) -> list[tuple[int, ...
     return list(itertools.product(range(n_processors), repeat=n_positions))
 
 
+def random_chains(n_variants: int, n_positions: int, n_processors: int, count: int,
+                  seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``count`` distinct random (stitched choices, processor order) pairs over every stitched
+    variant and :func:`placement_orders` order; all of them if there are fewer."""
+    import numpy as np
+
+    orders = placement_orders(n_processors, n_positions)
+    everything = n_variants**n_positions * len(orders)
+    rng = np.random.default_rng(seed)
+    picks = (np.arange(everything) if count >= everything
+             else rng.choice(everything, size=count, replace=False))
+    shape = (n_variants,) * n_positions
+    return [(tuple(int(c) for c in np.unravel_index(int(pick) // len(orders), shape)),
+             orders[int(pick) % len(orders)]) for pick in picks]
+
+
 def _orders_count(n_processors: int, n_positions: int) -> int:
     if n_positions <= n_processors:
         return math.perm(n_processors, n_positions)

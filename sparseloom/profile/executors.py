@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         SubgraphJob,
         TaskMeasurement,
     )
+    from sparseloom.profile.rounds import Chain
     from sparseloom.zoo.evaluate import EvaluationReport
     from sparseloom.zoo.types import Zoo, ZooTask
 
@@ -66,8 +67,11 @@ class ProfileExecutor(Protocol):
     def measure_latency(self, task: str, jobs: Sequence[SubgraphJob],
                         processors: Sequence[Processor], resolve_backend: BackendResolver,
                         config: ProfilerConfig, *, seed: int,
-                        tick: Callable[[int], None] | None = None) -> TaskMeasurement:
-        """What :func:`~sparseloom.profile.measure.measure_task` measures, on the device."""
+                        tick: Callable[[int], None] | None = None,
+                        chains: Sequence[Chain] = ()) -> TaskMeasurement:
+        """What :func:`~sparseloom.profile.measure.measure_task` measures, on the device
+        (``chains`` timed in the same rounds where all their processors are on one device;
+        NaN otherwise)."""
         ...
 
     def evaluate(self, zoo: Zoo, task: ZooTask, choices: Sequence[tuple[int, ...]], *,
@@ -126,12 +130,13 @@ class InProcessExecutor:
     def measure_latency(self, task: str, jobs: Sequence[SubgraphJob],
                         processors: Sequence[Processor], resolve_backend: BackendResolver,
                         config: ProfilerConfig, *, seed: int,
-                        tick: Callable[[int], None] | None = None) -> TaskMeasurement:
+                        tick: Callable[[int], None] | None = None,
+                        chains: Sequence[Chain] = ()) -> TaskMeasurement:
         """See :meth:`ProfileExecutor.measure_latency`: all processors in this process."""
         from sparseloom.profile.measure import measure_task
 
         return measure_task(task, jobs, processors, resolve_backend, config, seed=seed,
-                            tick=tick)
+                            tick=tick, chains=chains)
 
     def evaluate(self, zoo: Zoo, task: ZooTask, choices: Sequence[tuple[int, ...]], *,
                  processor: str, **options: Any) -> EvaluationReport:

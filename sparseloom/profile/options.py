@@ -50,7 +50,7 @@ class ProfileOptions:
     """
 
     accuracy_estimator: str = "xgboost"
-    latency_estimator: str = "additive"
+    latency_estimator: str = "additive-fitted"
     samples: int | None = None
     feature_set: str = attrs.field(default=DEFAULT_FEATURE_SET,
                                    validator=attrs.validators.in_(FEATURE_SETS))

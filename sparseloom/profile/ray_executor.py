@@ -83,7 +83,7 @@ class _LatencyActor:
 
     def measure(self, task: str, jobs: Sequence[SubgraphJob], processors: Sequence[Processor],
                 resolve_backend: BackendResolver, config: ProfilerConfig,
-                seed: int) -> TaskMeasurement:
+                seed: int, chains: Sequence[Any] = ()) -> TaskMeasurement:
         from sparseloom.profile.measure import measure_task
 
         require_zoo_files([job.model_path for job in jobs], "a Ray latency actor")
@@ -93,7 +93,7 @@ class _LatencyActor:
             self.steps += count
 
         return measure_task(task, jobs, processors, resolve_backend, config, seed=seed,
-                            tick=tick)
+                            tick=tick, chains=chains)
 
     def progress(self) -> int:
         return self.steps
@@ -209,11 +209,13 @@ class RayExecutor:
     def measure_latency(self, task: str, jobs: Sequence[SubgraphJob],
                         processors: Sequence[Processor], resolve_backend: BackendResolver,
                         config: ProfilerConfig, *, seed: int,
-                        tick: Callable[[int], None] | None = None) -> TaskMeasurement:
+                        tick: Callable[[int], None] | None = None,
+                        chains: Sequence[Any] = ()) -> TaskMeasurement:
         """See :meth:`~sparseloom.profile.executors.ProfileExecutor.measure_latency`: one actor
         per device (custom resource); each measures its processors interleaved, in place.
 
-        Hand-offs between processors of different devices are not measured (NaN).
+        Hand-offs between processors of different devices are not measured (NaN), nor are
+        ``chains`` unless every processor is on one device.
         """
         ray = self._connect()
         groups = device_groups(processors, self.latency_resources, ray.cluster_resources())
@@ -221,9 +223,15 @@ class RayExecutor:
         for resource, indices in groups.items():
             actor = self._actor(ray, resource)
             chosen = [processors[i] for i in indices]
-            ref = actor.measure.remote(task, jobs, chosen, resolve_backend, config, seed)
+            whole = len(groups) == 1 and list(indices) == list(range(len(processors)))
+            ref = actor.measure.remote(task, jobs, chosen, resolve_backend, config, seed,
+                                       chains if whole else ())
             results.append(_wait_for_actor(ray, ref, actor, tick))
-        return merge_measurements(results, list(groups.values()), len(processors))
+        merged = merge_measurements(results, list(groups.values()), len(processors))
+        if chains and merged.chain_ms.size != len(chains):
+            merged.chain_ms = np.full(len(chains), np.nan)
+            merged.chain_spread_ms = np.full(len(chains), np.nan)
+        return merged
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -41,10 +41,11 @@ ARRAY_FIELDS: dict[str, type] = {
     "accuracy_measured": np.float32,
     "fidelity_error": np.float64,
     "latency_median_ms": np.float64,
+    "chain_fit": np.float64,
 }
 
 #: Fields a table may lack (written by older versions); they get their documented defaults.
-OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms"})
+OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit"})
 
 ChoicesLike = Sequence[int] | np.ndarray
 
@@ -79,6 +80,9 @@ class TaskProfile:
         fidelity_error: relative output error of each subgraph against the dense one on
             dense-prefix calibration inputs (S, V); an accuracy-estimator feature.
         latency_median_ms: the median of the same rounds (S, V, P).
+        chain_fit: ``(scale, offset)`` of the chain latency model (2,): a chain's latency is
+            ``scale · additive + offset``, fitted on chains timed with the subgraphs by the
+            ``additive-fitted`` estimator; ``(1, 0)`` (the plain additive model) otherwise.
     """
 
     task: str
@@ -97,10 +101,13 @@ class TaskProfile:
     accuracy_measured: np.ndarray
     fidelity_error: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0)))
     latency_median_ms: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
+    chain_fit: np.ndarray = attrs.field(factory=lambda: np.array([1.0, 0.0]))
 
     def __attrs_post_init__(self) -> None:
         for name, dtype in ARRAY_FIELDS.items():
             setattr(self, name, np.asarray(getattr(self, name), dtype=dtype))
+        if self.chain_fit.size == 0:
+            self.chain_fit = np.array([1.0, 0.0])
         if self.fidelity_error.size == 0:
             self.fidelity_error = np.zeros(self.latency_ms.shape[:2])
         if self.latency_median_ms.size == 0:
@@ -130,7 +137,7 @@ class TaskProfile:
             "compile_ms": (s, v, p), "load_ms": (s, v, p), "memory_bytes": (s, v, p),
             "handoff_ms": (max(s - 1, 0), p, p), "accuracy_estimated": (v**s,),
             "accuracy_measured": (v**s,), "fidelity_error": (s, v),
-            "latency_median_ms": (s, v, p),
+            "latency_median_ms": (s, v, p), "chain_fit": (2,),
         }
         for name, shape in expected.items():
             if getattr(self, name).shape != shape:
@@ -138,6 +145,9 @@ class TaskProfile:
                     f"task {self.task!r}: {name} has shape {getattr(self, name).shape}, "
                     f"expected {shape} for S={s}, V={v}, P={p}; rebuild the profile"
                 )
+        if not self.chain_fit[0] > 0:
+            raise ProfileError(f"task {self.task!r}: chain_fit scale must be positive; got "
+                               f"{self.chain_fit[0]}; rebuild the profile")
         if len(self.variant_names) != v or len(self.variant_kinds) != v:
             raise ProfileError(f"task {self.task!r}: need {v} variant names and kinds")
 
@@ -179,12 +189,24 @@ class TaskProfile:
             return best
         return best[self.index(choices)]
 
+    def apply_chain_fit(self, additive_ms: np.ndarray) -> np.ndarray:
+        """``scale · additive_ms + offset`` (:attr:`chain_fit`): chain latencies from additive
+        ones (stage times plus hand-offs). The scale is positive, so orderings are kept."""
+        scale, offset = (float(x) for x in self.chain_fit)
+        return additive_ms if (scale, offset) == (1.0, 0.0) else scale * additive_ms + offset
+
+    def _fitted(self, total: np.ndarray, include_handoff: bool, fitted: bool) -> np.ndarray:
+        return self.apply_chain_fit(total) if include_handoff and fitted else total
+
     def latency(
-        self, choices: ChoicesLike, order: np.ndarray, *, include_handoff: bool = True
+        self, choices: ChoicesLike, order: np.ndarray, *, include_handoff: bool = True,
+        fitted: bool = True,
     ) -> np.ndarray:
-        """Additive latency in ms of stitched variants under processor orders.
+        """Latency in ms of stitched variants under processor orders: the chain model.
 
         ``choices`` is (S,) or (n, S); ``order`` holds processor indices, (S,) or (n, S).
+        The additive sum of stage times and hand-offs, corrected by :attr:`chain_fit` (unless
+        ``fitted`` is false); ``include_handoff=False`` is the paper's pure sum, uncorrected.
         """
         choice_array = self._choices(choices)
         order_array = np.broadcast_to(np.atleast_2d(order), choice_array.shape)
@@ -195,10 +217,12 @@ class TaskProfile:
             total = total + self.handoff_ms[
                 boundaries, order_array[:, :-1], order_array[:, 1:]
             ].sum(axis=1)
-        return total
+        return self._fitted(total, include_handoff, fitted)
 
-    def latency_all(self, order: np.ndarray, *, include_handoff: bool = True) -> np.ndarray:
-        """Latency of every stitched variant (V**S,) under one processor ``order`` (S,)."""
+    def latency_all(self, order: np.ndarray, *, include_handoff: bool = True,
+                    fitted: bool = True) -> np.ndarray:
+        """Latency of every stitched variant (V**S,) under one processor ``order`` (S,), as
+        :meth:`latency` gives it."""
         order_array = np.asarray(order, dtype=np.int64)
         total: np.ndarray = np.zeros(())
         for position in range(self.n_positions):
@@ -209,7 +233,7 @@ class TaskProfile:
                 self.handoff_ms[np.arange(self.n_positions - 1), order_array[:-1],
                                 order_array[1:]].sum()
             )
-        return total
+        return self._fitted(total, include_handoff, fitted)
 
 
 @attrs.define(eq=False)
@@ -255,11 +279,13 @@ class ProfileTable:
             ) from None
 
     def latency(
-        self, task: str, choices: ChoicesLike, order: OrderLike, *, include_handoff: bool = True
+        self, task: str, choices: ChoicesLike, order: OrderLike, *, include_handoff: bool = True,
+        fitted: bool = True,
     ) -> np.ndarray | float:
-        """Estimated latency in ms; a float for one variant, an array for (n, S) choices."""
+        """Estimated latency in ms; a float for one variant, an array for (n, S) choices
+        (:meth:`TaskProfile.latency`)."""
         result = self.task(task).latency(
-            choices, self.order_indices(order), include_handoff=include_handoff
+            choices, self.order_indices(order), include_handoff=include_handoff, fitted=fitted
         )
         single = np.ndim(choices) == 1 and np.ndim(order) == 1
         return float(result[0]) if single else result

@@ -73,6 +73,10 @@ def test_ctrl_c_drains_and_prints_the_summary(tmp_path: Path) -> None:
     import signal
     import time
 
+    # Workload, zoo and profile first (minutes on an empty cache), so that the run below is
+    # serving when the signal comes.
+    subprocess.run([sys.executable, "-m", "sparseloom", "plan", "tiny", "--json"], check=True,
+                   capture_output=True, env=dict(os.environ), timeout=900)
     process = subprocess.Popen(
         [sys.executable, "-m", "sparseloom", "run", "tiny", "--duration", "120",
          "--queries", "10000000", "--json", "--out", str(tmp_path)],

@@ -146,14 +146,24 @@ def test_profile_table_of_tiny(tiny: Any, tiny_zoos: dict[str, Any], fresh_regis
                             for j in range(2)])
     ratio = float(np.median(task.latency_ms / independent))
     assert 0.25 < ratio < 4, (task.latency_ms, independent)
-    latency = table.latency("tiny", (0, 3), ("ov:CPU", "ort:CPU"))
-    assert latency == pytest.approx(task.latency_ms[0, 0, 0] + task.latency_ms[1, 3, 1]
-                                    + task.handoff_ms[0, 0, 1])
+    additive = (task.latency_ms[0, 0, 0] + task.latency_ms[1, 3, 1]
+                + task.handoff_ms[0, 0, 1])
+    assert table.latency("tiny", (0, 3), ("ov:CPU", "ort:CPU"), fitted=False) == (
+        pytest.approx(additive))
+    # The default `additive-fitted` corrects chains with a fit on chains timed with the
+    # subgraphs: scale · additive + offset, least squares on those chains, recomputed here.
+    check = table.meta["chain_check"]["tiny"]
+    assert check["chains"] == 10 and check["estimator"] == "additive-fitted"
+    scale, offset = task.chain_fit
+    assert scale > 0 and (scale, offset) == (check["scale"], check["offset_ms"])
+    assert table.latency("tiny", (0, 3), ("ov:CPU", "ort:CPU")) == pytest.approx(
+        scale * additive + offset)
     assert task.handoff_ms.shape == (1, 2, 2) and np.all(np.isfinite(task.handoff_ms))
     table.save(tmp_path / "table")
     reloaded = ProfileTable.load(tmp_path / "table").task("tiny")
     np.testing.assert_array_equal(reloaded.accuracy(), task.accuracy())
     np.testing.assert_array_equal(reloaded.latency_ms, task.latency_ms)
+    np.testing.assert_array_equal(reloaded.chain_fit, task.chain_fit)
 
 
 class ConstantEstimatorForTest:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -12,20 +11,11 @@ from sparseloom.workload.subset import stratified_rows, subset_task
 from sparseloom.zoo.evaluate import evaluate_stitched, prefix_passes
 from sparseloom.zoo.metric_store import MetricStore, metric_store
 from sparseloom.zoo.types import Zoo
-from tests.zoo.zoo_support import chain_with_onnxruntime, tiny_task, tiny_zoo
+from tests.zoo.zoo_support import chain_with_onnxruntime, tiny_task
 
 
-@pytest.fixture
-def zoo(tmp_path) -> Zoo:
-    """A private copy of the tiny S = 2 zoo, so the store starts empty and no test sees
-    another's metrics."""
-    source = tiny_zoo(2)
-    copy = tmp_path / "zoo"
-    shutil.copytree(source.directory, copy, ignore=shutil.ignore_patterns("metrics"))
-    return Zoo(copy, source.manifest)
-
-
-def test_a_second_evaluation_reads_the_store_and_runs_nothing(zoo: Zoo) -> None:
+def test_a_second_evaluation_reads_the_store_and_runs_nothing(private_zoo: Zoo) -> None:
+    zoo = private_zoo
     task = tiny_task()
     choices = [(0, 3), (0, 5), (2, 1)]
     first = evaluate_stitched(zoo, task, choices)
@@ -41,14 +31,16 @@ def test_a_second_evaluation_reads_the_store_and_runs_nothing(zoo: Zoo) -> None:
     assert set(stored) == {*choices, (4, 4)}
 
 
-def test_cache_false_runs_everything_and_stores_nothing(zoo: Zoo) -> None:
+def test_cache_false_runs_everything_and_stores_nothing(private_zoo: Zoo) -> None:
+    zoo = private_zoo
     task = tiny_task()
     report = evaluate_stitched(zoo, task, [(1, 1)], cache=False)
     assert report.passes == 2 and report.cached == 0
     assert metric_store(zoo, task, "ort:CPU").load() == {}
 
 
-def test_the_store_is_keyed_by_processor_rows_and_labels(zoo: Zoo) -> None:
+def test_the_store_is_keyed_by_processor_rows_and_labels(private_zoo: Zoo) -> None:
+    zoo = private_zoo
     task = tiny_task()
     evaluate_stitched(zoo, task, [(0, 0)])
     other_processor = evaluate_stitched(zoo, task, [(0, 0)], processor="ov:CPU")
@@ -66,7 +58,8 @@ def test_the_store_is_keyed_by_processor_rows_and_labels(zoo: Zoo) -> None:
     assert evaluate_stitched(zoo, relabelled, [(0, 0)]).cached == 0
 
 
-def test_a_damaged_store_is_measured_again_and_rewritten(zoo: Zoo) -> None:
+def test_a_damaged_store_is_measured_again_and_rewritten(private_zoo: Zoo) -> None:
+    zoo = private_zoo
     task = tiny_task()
     store = metric_store(zoo, task, "ort:CPU")
     store.path.parent.mkdir(parents=True, exist_ok=True)

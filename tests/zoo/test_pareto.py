@@ -7,6 +7,7 @@ zoo with hand-set subgraph latencies and metrics recomputed with plain ONNX Runt
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,6 @@ from sparseloom.zoo.pareto import (
 from tests.zoo.zoo_support import (
     chain_metrics_with_onnxruntime,
     tiny_task,
-    tiny_zoo,
 )
 
 # (latency_ms, accuracy) by index
@@ -99,8 +99,8 @@ def test_bad_options_are_config_errors(field: str) -> None:
         ParetoOptions(**{field: -1})
 
 
-def test_analysis_of_the_tiny_zoo_with_set_latencies() -> None:
-    task, zoo = tiny_task(), tiny_zoo(2)
+def test_analysis_of_the_tiny_zoo_with_set_latencies(private_zoo: Any) -> None:
+    task, zoo = tiny_task(), private_zoo
     variants = len(zoo.variants)
     # Every subgraph 1 ms, but variant 9 is 10 ms at position 0 and 0.01 ms at position 1:
     # originals take 2 ms (10.01 ms for variant 9), a stitched (a, 9) with a ≠ 9 takes 1.01 ms.

@@ -51,15 +51,16 @@ class AdditiveLatencyEstimator:
         table = profile.task(task)
         return table.latency(
             np.atleast_2d(choices), profile.order_indices(orders),
-            include_handoff=self.include_handoff,
+            include_handoff=self.include_handoff, fitted=False,
         )
 
 
 class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
     """The additive model with a per-task linear correction fitted on measured chains.
 
-    Call :meth:`fit` with measured end-to-end latencies of some stitched variants; until then
-    it predicts exactly like ``additive``.
+    The profiler fits it on chains timed with the subgraphs and stores the correction in the
+    table (``TaskProfile.chain_fit``, which every policy reads). :meth:`fit` fits it on other
+    measured chains; a task it has not fitted gets the table's correction.
     """
 
     name = "additive-fitted"
@@ -100,9 +101,12 @@ class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
         orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
         profile: ProfileTable,
     ) -> np.ndarray:
-        """The corrected additive estimate (the plain one for tasks not fitted)."""
-        scale, offset = self.coefficients.get(task, (1.0, 0.0))
-        return scale * super().predict_many(task, choices, orders, profile) + offset
+        """The corrected additive estimate (the table's correction for tasks not fitted here)."""
+        additive = super().predict_many(task, choices, orders, profile)
+        if task not in self.coefficients:
+            return profile.task(task).apply_chain_fit(additive)
+        scale, offset = self.coefficients[task]
+        return scale * additive + offset
 
 
 @hookimpl
