@@ -158,6 +158,14 @@ def _echo_validation(report: dict[str, Any]) -> None:
                        f"Pearson r {_fmt(goal['pearson_r'])}")
         click.echo(f"{label}: {_fmt(goal['ours'], '%')} (paper {goal['paper']:.2%}{context}) "
                    f"{verdict}")
+    strict = [("top_10_recall_every_task", "top-10 recall on every task", ">="),
+              ("latency_mape_overall", "latency MAPE overall", "<="),
+              ("latency_mape_every_task", "latency MAPE on every task (worst)", "<=")]
+    for key, label, relation in strict:
+        if key in goals:
+            goal = goals[key]
+            click.echo(f"{label}: {_fmt(goal['ours'], '%')} (goal {relation} "
+                       f"{goal['goal']:.0%}) {'MET' if goal['met'] else 'NOT MET'}")
     reused = {name: entry["latency"].get("timed_at") for name, entry in report["tasks"].items()
               if entry["latency"].get("from_cache")}
     if reused:
