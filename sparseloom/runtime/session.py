@@ -128,7 +128,8 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
     rss_before = rss_bytes()
     started = time.perf_counter()
     try:
-        first = switching.start(runtime, plan, active=order[:1] or None, preload=preload)
+        first = switching.start(runtime, plan, active=order[:1] or None, preload=preload,
+                                progress=config.progress)
         preload_rss = rss_bytes() - rss_before
         load = offer(runtime, spec, progress=config.progress)
         memory = {

@@ -77,9 +77,12 @@ def load_pairs(runtime: Runtime, pairs: Iterable[tuple[tuple[str, int, int], str
 
 
 def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
-          preload: Any = None) -> list[LoadEvent]:
+          preload: Any = None, progress: bool = False) -> list[LoadEvent]:
     """Load the resident set (the preloader's, plus every route of ``plan``), start the
-    workers and open the ``active`` tasks (all the plan places when ``None``)."""
+    workers and open the ``active`` tasks (all the plan places when ``None``); ``progress``
+    shows a bar (with the time left) over the loads."""
+    from tqdm import tqdm
+
     routes = routes_from_plan(runtime, plan, 0)
     pairs = []
     for item in getattr(preload, "resident", ()) or ():
@@ -87,7 +90,10 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
             pairs.append(((item.task, int(item.position), int(item.variant)), item.processor))
     for route in routes.values():
         pairs += route_keys(runtime, route)
-    events = load_pairs(runtime, dict.fromkeys(pairs), "preload")
+    unique = list(dict.fromkeys(pairs))
+    with tqdm(unique, desc="preloading subgraphs", unit="model", disable=not progress,
+              leave=False) as bar:
+        events = load_pairs(runtime, bar, "preload")
     runtime.plan = plan
     runtime.start_workers()
     for task in routes if active is None else active:
