@@ -80,7 +80,10 @@ def test_ctrl_c_drains_and_prints_the_summary(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "sparseloom", "run", "tiny", "--duration", "120",
          "--queries", "10000000", "--json", "--out", str(tmp_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        # A shell that runs this suite in the background starts it with SIGINT ignored; the
+        # child would inherit that, and Python then keeps ignoring Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Setting tiny up from the cache (workload, profile, preload) takes 2-5 s here; the
         # run then serves for up to 120 s, so at 15 s it is serving.
