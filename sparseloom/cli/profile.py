@@ -281,6 +281,8 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     from sparseloom.api import build_profile, load_workload
     from sparseloom.profile.measure import ProfilerConfig
 
+    _check_mode_options(click.get_current_context(), refresh=refresh is not None,
+                        validate=validate)
     if out is not None:  # before minutes of measuring, not after
         ensure_output_dir(out, "--out")
     if processors:
@@ -298,13 +300,11 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
         **(executor_settings or {}))
     progress = sys.stderr.isatty()
     if refresh is not None:
-        if validate:
-            raise click.UsageError("--refresh and --validate do not combine; run them apart")
         from sparseloom.cli.profile_refresh import run_refresh
 
         run_refresh(loaded, processors=processors, options=options, mode=refresh,
                     sample=refresh_sample, rounds=refresh_rounds, threshold=drift_threshold,
-                    as_json=as_json)
+                    as_json=as_json, out=out)
         return
     if validate:
         from sparseloom.profile.report import validate as run_validation
@@ -341,6 +341,32 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     if strict and table.meta["failures"]:
         raise click.ClickException(
             f"{len(table.meta['failures'])} subgraph(s) failed to profile; see the warnings")
+
+
+# Options that only one mode of ``profile`` reads; given to another mode they would be
+# ignored without a word, so they are refused instead.
+_VALIDATE_ONLY = ("latency_samples", "exhaustive_chains", "redraws", "no_ablation")
+_REFRESH_ONLY = ("refresh_sample", "refresh_rounds", "drift_threshold")
+_NOT_WITH_REFRESH = ("no_cache", "strict")
+
+
+def _check_mode_options(ctx: click.Context, *, refresh: bool, validate: bool) -> None:
+    """Refuse an option given on the command line that the chosen mode would ignore."""
+    def given(names: tuple[str, ...]) -> list[str]:
+        return [f"--{name.replace('_', '-')}" for name in names
+                if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+
+    if refresh and validate:
+        raise click.UsageError("--refresh and --validate do not combine; run them apart")
+    if not validate and (stray := given(_VALIDATE_ONLY)):
+        raise click.UsageError(f"{', '.join(stray)} apply to --validate only; add --validate "
+                               f"or leave them out")
+    if not refresh and (stray := given(_REFRESH_ONLY)):
+        raise click.UsageError(f"{', '.join(stray)} apply to --refresh only; add --refresh "
+                               f"or leave them out")
+    if refresh and (stray := given(_NOT_WITH_REFRESH)):
+        raise click.UsageError(f"{', '.join(stray)} do not apply to --refresh (it re-times "
+                               f"the cached profile; --refresh full re-times all of it)")
 
 
 COMMANDS = (profile_command,)

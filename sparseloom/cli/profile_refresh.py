@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,14 +12,23 @@ from sparseloom.cli.output import echo_json, echo_table
 
 
 def run_refresh(loaded: Any, *, processors: tuple[str, ...], options: Any, mode: str,
-                sample: int, rounds: int | None, threshold: float, as_json: bool) -> Any:
-    """Refresh the cached profile of ``loaded`` and print what was found and done."""
+                sample: int, rounds: int | None, threshold: float, as_json: bool,
+                out: Path | None = None) -> Any:
+    """Refresh the cached profile of ``loaded`` and print what was found and done.
+
+    With ``out``, the refresh record goes to ``out/refresh.json`` and the refreshed table
+    to ``out/profile``, as ``profile --out`` writes them.
+    """
     from sparseloom.profile.refresh import refresh_profile
 
     table, record = refresh_profile(loaded, processors=processors or None, options=options,
                                     sample=sample, threshold=threshold, mode=mode,
                                     rounds=rounds, progress=not as_json)
     record["profile_directory"] = table.meta.get("table_directory")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.save(out / "profile")
+        (out / "refresh.json").write_text(json.dumps(record, indent=2, default=str))
     if as_json:
         echo_json(record)
         return table
