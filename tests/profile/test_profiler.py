@@ -19,25 +19,9 @@ from sparseloom.profile.measure import ProfilerConfig, default_backend_resolver
 from sparseloom.profile.table import ProfileTable
 from sparseloom.zoo.options import ZooOptions
 from tests.profile.loaded_wrapper import WrappedLoaded
+from tests.profile.small_zoo import VARIANTS
 
-#: A small zoo keeps these tests fast: S = 2 positions × V = 4 variants, 16 stitched.
-VARIANTS = ("dense", "unstructured-0.5", "structured-0.5", "unstructured-0.9")
 FAST = ProfilerConfig(warmup=1, repeats=3)
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Any:
-    from sparseloom.workload.load import load_workload
-
-    return load_workload("tiny", progress=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_zoos(tiny: Any) -> dict[str, Any]:
-    from sparseloom.zoo.build import build_zoo
-
-    return {task.name: build_zoo(task, ZooOptions(subgraphs=2, variants=VARIANTS), progress=False)
-            for task in tiny.tasks}
 
 
 @pytest.fixture

@@ -18,14 +18,11 @@ from sparseloom.core.errors import ProfileError
 from sparseloom.profile.builder import ProfileOptions, build_profile
 from sparseloom.profile.measure import ProfilerConfig, default_backend_resolver
 from sparseloom.profile.table import ProfileTable
-from sparseloom.zoo.options import ZooOptions
 from sparseloom.zoo.types import Zoo
 
 ray = pytest.importorskip("ray")
 from sparseloom.profile.ray_executor import RayExecutor  # noqa: E402  (needs ray)
 
-#: S = 2 positions × V = 4 variants (16 stitched), as in test_profiler.py.
-VARIANTS = ("dense", "unstructured-0.5", "structured-0.5", "unstructured-0.9")
 OPTIONS = ProfileOptions(config=ProfilerConfig(warmup=1, repeats=3), samples=8)
 #: A custom resource the local instance advertises, as a device's node would.
 DEVICE = "soc-test"
@@ -40,18 +37,9 @@ def ray_instance() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def tiny() -> Any:
-    from sparseloom.workload.load import load_workload
-
-    return load_workload("tiny", progress=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_zoo(tiny: Any) -> Zoo:
-    from sparseloom.zoo.build import build_zoo
-
-    return build_zoo(tiny.task("tiny"), ZooOptions(subgraphs=2, variants=VARIANTS),
-                     progress=False)
+def tiny_zoo(tiny_zoos: dict[str, Any]) -> Zoo:
+    """The small zoo of tiny's one task (tests/profile/conftest.py)."""
+    return tiny_zoos["tiny"]
 
 
 def zoo_copy(zoo: Zoo, where: Path) -> Zoo:

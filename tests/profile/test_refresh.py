@@ -18,27 +18,12 @@ from sparseloom.profile.store import ProfileStore
 from sparseloom.profile.table import ProfileTable
 from sparseloom.zoo.options import ZooOptions
 from tests.profile.loaded_wrapper import WrappedLoaded
+from tests.profile.small_zoo import VARIANTS
 
-VARIANTS = ("dense", "unstructured-0.5", "structured-0.5", "unstructured-0.9")
 OPTIONS = ProfileOptions(config=ProfilerConfig(warmup=1, repeats=5), samples=8, seed=5)
 #: Every model call takes this much longer (wall clock): far above the tiny subgraphs' own
 #: ~0.05 ms, so the latencies are steady even on a busy machine.
 BASE_MS = 3.0
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Any:
-    from sparseloom.workload.load import load_workload
-
-    return load_workload("tiny", progress=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_zoos(tiny: Any) -> dict[str, Any]:
-    from sparseloom.zoo.build import build_zoo
-
-    return {task.name: build_zoo(task, ZooOptions(subgraphs=2, variants=VARIANTS), progress=False)
-            for task in tiny.tasks}
 
 
 @attrs.define
