@@ -9,12 +9,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from typing import Any
 
 import click
 
 from sparseloom import __version__
-from sparseloom.core.errors import SparseloomError
+from sparseloom.core.errors import PluginCallError, SparseloomError
+from sparseloom.core.protocols import DEBUG_ENV
 
 #: Modules whose ``COMMANDS`` join the top-level group, in help order.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -31,23 +33,22 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-#: Set to 1 to see the traceback behind an unexpected file-system error.
-DEBUG_ENV = "SPARSELOOM_DEBUG"
-
-
 class _Group(click.Group):
     """A group that turns :class:`SparseloomError` into one clear line and exit status 1.
 
     Every ``OSError`` a user can cause is converted where it happens, naming the path and the
     fix. As a last resort an ``OSError`` about a named file that slipped through is one line
     too (a path problem is the user's to fix, whatever the code that met it); ``$SPARSELOOM_DEBUG``
-    shows its traceback. Any other exception is a bug and keeps its traceback.
+    shows its traceback, and that of a third-party plugin's failure (a :class:`PluginCallError`).
+    Any other exception is a bug and keeps its traceback.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SparseloomError as error:
+            if isinstance(error, PluginCallError) and os.environ.get(DEBUG_ENV):
+                traceback.print_exception(error)
             raise click.ClickException(str(error)) from error
         except OSError as error:
             if error.filename is None or os.environ.get(DEBUG_ENV):

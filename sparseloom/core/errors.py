@@ -15,6 +15,12 @@ class PluginError(SparseloomError):
     """A plugin could not be loaded or registered, or a name is unknown or taken twice."""
 
 
+class PluginCallError(PluginError):
+    """A call into a third-party plugin (a factory, a backend's ``compile``, a policy's ``plan``,
+    an estimator's ``fit`` ...) raised something other than a :class:`SparseloomError`; the
+    message names the plugin, its distribution, the call and what it raised."""
+
+
 class UnknownNameError(PluginError, LookupError):
     """A backend, compressor, estimator, policy or workload name is not registered."""
 

@@ -7,21 +7,31 @@ registration hooks in :mod:`sparseloom.core.hookspecs`.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
+from sparseloom.core.errors import PluginCallError, SparseloomError
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
 
-    from sparseloom.core.types import SLO, Plan, Processor, StitchedVariant
+    from sparseloom.core.types import SLO, Plan, Processor, Registration, StitchedVariant
     from sparseloom.profile.table import ProfileTable
 
 Arrays = Mapping[str, "np.ndarray"]
+
+#: Set to 1 to see the traceback behind a plugin's failure (and other unexpected errors).
+DEBUG_ENV = "SPARSELOOM_DEBUG"
+#: The distribution of the built-in plugins: their calls are not wrapped (a failure is a bug of
+#: sparseloom and keeps its traceback; the serving hot path stays a direct call).
+BUILTIN_DISTRIBUTION = "sparseloom"
 
 
 @runtime_checkable
@@ -289,3 +299,84 @@ class Dispatcher(Protocol):
         :returns: one of ``queued_ms``'s keys (another name falls back to the plan's choice).
         """
         ...
+
+
+# -- the plugin boundary ------------------------------------------------------------------
+
+
+def provider(kind: str, name: str, plugin: str, distribution: str, version: str) -> str:
+    """``<kind> 'name' of plugin 'p' (distribution d 1.0)``: who provides an implementation."""
+    return (f"{kind} {name!r} of plugin {plugin!r} (distribution {distribution or '?'}"
+            f"{' ' + version if version else ''})")
+
+
+def plugin_call_error(registration: Registration, call: str, error: BaseException
+                      ) -> PluginCallError:
+    """The one-line error for ``error`` raised by ``registration``'s plugin in ``call``."""
+    who = provider(registration.kind, registration.name, registration.plugin,
+                    registration.distribution, registration.version)
+    return PluginCallError(
+        f"{who} failed in {call}: {type(error).__name__}: {error}. The fault is in that plugin: "
+        f"choose another {registration.kind}, or update or uninstall "
+        f"{registration.distribution or 'its distribution'} (set {DEBUG_ENV}=1 to see its "
+        f"traceback)")
+
+
+def guarded(function: Callable[..., Any], registration: Registration, call: str
+            ) -> Callable[..., Any]:
+    """``function`` (plugin code) behind the boundary: see :func:`plugin_call_error`."""
+    @functools.wraps(function)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except SparseloomError:  # raised on purpose: its message is the plugin's own
+            raise
+        except Exception as error:
+            raise plugin_call_error(registration, call, error) from error
+
+    return guarded
+
+
+class ContainedPlugin:
+    """A third-party implementation seen through the plugin boundary.
+
+    Attribute reads and writes go to the implementation (``isinstance`` sees its class); a
+    public method is called through a guard that turns any exception other than a
+    :class:`SparseloomError` into a :class:`PluginCallError` naming the plugin.
+    """
+
+    __slots__ = ("_contained", "_registration")
+
+    def __init__(self, implementation: Any, registration: Registration) -> None:
+        object.__setattr__(self, "_contained", implementation)
+        object.__setattr__(self, "_registration", registration)
+
+    @property  # type: ignore[misc]  # isinstance() and type checks see the plugin's own class
+    def __class__(self) -> type:
+        return type(self._contained)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._contained, name)
+        if name.startswith("_") or isinstance(value, type) or not callable(value):
+            return value
+        return guarded(value, self._registration, f"{name}()")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._contained, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._contained == other)
+
+    def __hash__(self) -> int:
+        return hash(self._contained)
+
+    def __repr__(self) -> str:
+        return repr(self._contained)
+
+
+def contain(registration: Registration, implementation: Any) -> Any:
+    """``implementation`` behind the plugin boundary, unless a built-in made it."""
+    if registration.distribution == BUILTIN_DISTRIBUTION or implementation is None or isinstance(
+            implementation, str | bytes | int | float | os.PathLike | ContainedPlugin):
+        return implementation
+    return ContainedPlugin(implementation, registration)

@@ -7,6 +7,11 @@ notifies observers through its ``notify_*`` methods.
 A plugin that fails to import or to register is recorded as a :class:`PluginFailure` and
 skipped; a name registered twice is refused with an error naming both providers, and the first
 registration (built-ins load first) stays in force.
+
+Every call into third-party plugin code is a boundary: :meth:`Registry.build` wraps what a
+factory returns in :class:`ContainedPlugin`, so that anything but a :class:`SparseloomError`
+raised by one of its methods becomes one :class:`PluginCallError` naming the plugin, its
+distribution and what it raised. An observer that raises is reported once and not called again.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +32,14 @@ import pluggy
 from sparseloom import __version__
 from sparseloom.core import hookspecs
 from sparseloom.core.errors import PluginError, UnknownNameError
-from sparseloom.core.protocols import compressor_name_problem
+from sparseloom.core.protocols import (
+    BUILTIN_DISTRIBUTION,
+    DEBUG_ENV,
+    compressor_name_problem,
+    contain,
+    guarded,
+    provider,
+)
 from sparseloom.core.types import PLUGIN_KINDS, PluginFailure, Processor, Registration
 
 log = logging.getLogger(__name__)
@@ -85,6 +98,10 @@ class Registry:
     _registrations: dict[str, dict[str, Registration]] = attrs.field(
         factory=lambda: {kind: {} for kind in PLUGIN_KINDS}, alias="_registrations"
     )
+    #: (distribution, version) per registered plugin name, for observer failures.
+    _providers: dict[str, tuple[str, str]] = attrs.field(factory=dict, alias="_providers")
+    #: (plugin, hook) of every observer that raised: reported once, then not called again.
+    _silenced: set[tuple[str, str]] = attrs.field(factory=set, alias="_silenced")
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -109,6 +126,7 @@ class Registry:
             return None
         if registered is None:  # pluggy's answer for a blocked plugin
             return None
+        self._providers[plugin_name] = (distribution, version)
         for kind, hook_name in REGISTRATION_HOOKS.items():
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
@@ -228,7 +246,18 @@ class Registry:
 
     def create(self, kind: str, name: str, **options: Any) -> Any:
         """Build the implementation registered as ``kind``/``name`` with ``options``."""
-        return self.get(kind, name).factory(**options)
+        return self.build(self.get(kind, name), **options)
+
+    def build(self, registration: Registration, **options: Any) -> Any:
+        """Call ``registration``'s factory with ``options``; a third party's result comes back
+        behind the plugin boundary (:class:`ContainedPlugin`).
+
+        :raises PluginCallError: a third-party factory raised (naming the plugin).
+        """
+        if registration.distribution == BUILTIN_DISTRIBUTION:
+            return registration.factory(**options)
+        factory = guarded(registration.factory, registration, "its factory")
+        return contain(registration, factory(**options))
 
     def backends(self) -> list[Registration]:
         """Registered backends."""
@@ -295,12 +324,26 @@ class Registry:
         )
 
     def _notify(self, hook_name: str, **kwargs: Any) -> None:
-        # Observers must not break the run: each one's exception is logged and skipped.
+        # Observers must not break the run (nor flood it): one that raises is reported in one
+        # line, once, and not called again by this registry.
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            key = (impl.plugin_name, hook_name)
+            if key in self._silenced:
+                continue
             try:
                 impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
-            except Exception:
-                log.exception("observer %s of %s raised; ignored", impl.plugin_name, hook_name)
+            except Exception as error:
+                with _silence_lock:
+                    if key in self._silenced:
+                        continue
+                    self._silenced.add(key)
+                distribution, version = self._providers.get(impl.plugin_name, ("", ""))
+                who = provider("observer", hook_name, impl.plugin_name, distribution, version)
+                if os.environ.get(DEBUG_ENV):
+                    traceback.print_exception(error)
+                print(f"Warning: {who} raised {type(error).__name__}: {error}; it is not called "
+                      f"again in this run (set {DEBUG_ENV}=1 to see its traceback)",
+                      file=sys.stderr, flush=True)
 
 
 def _new_plugin_manager() -> pluggy.PluginManager:
@@ -331,6 +374,7 @@ def create_registry(
 
 _registry: Registry | None = None
 _lock = threading.Lock()
+_silence_lock = threading.Lock()
 
 
 def get_registry() -> Registry:

@@ -37,7 +37,7 @@ def resolve_workload(name_or_path: str | os.PathLike[str]) -> WorkloadDefinition
         raise UnknownNameError(
             f"{error} A workload is a registered name or a path to a workload .toml file."
         ) from None
-    made = registration.factory()
+    made = get_registry().build(registration)
     if isinstance(made, WorkloadDefinition):
         return made
     if isinstance(made, str | os.PathLike):

@@ -60,7 +60,7 @@ def create_compressor(name: str, options: Mapping[str, Any] | None = None) -> An
                 f"[compressors.{name}] table)"
             )
     try:
-        return registration.factory(**options)
+        return get_registry().build(registration, **options)
     except Exception as error:
         raise ConfigError(
             f"{provider} could not be built with options {options}: "

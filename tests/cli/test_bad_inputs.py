@@ -27,8 +27,8 @@ SLOW_S = 300
 
 def run_cli(args: Sequence[str], cache: Path | None = None, **env: str
             ) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "SPARSELOOM_DISABLE_PLUGIN_AUTOLOAD": "1", **env}
-    environment.pop("SPARSELOOM_DEBUG", None)
+    inherited = {k: v for k, v in os.environ.items() if k != "SPARSELOOM_DEBUG"}
+    environment = {**inherited, "SPARSELOOM_DISABLE_PLUGIN_AUTOLOAD": "1", **env}
     if cache is not None:
         environment["SPARSELOOM_CACHE_DIR"] = str(cache)
     return subprocess.run([sys.executable, "-m", "sparseloom", *map(str, args)],

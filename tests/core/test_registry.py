@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sparseloom.core.errors import PluginError, UnknownNameError
+from sparseloom.core.errors import PlanError, PluginCallError, PluginError, UnknownNameError
 from sparseloom.core.hookspecs import hookimpl
 from sparseloom.core.registry import DEFAULT_PLUGINS, create_registry
 from tests.plugin_dists import install_example_plugin, make_distribution
@@ -128,7 +128,7 @@ def test_unknown_kind_and_bad_registration():
     assert "non-empty string" in registry.failures[0].error
 
 
-def test_observer_exceptions_do_not_break_notifications(caplog):
+def test_an_observer_that_raises_is_reported_once_then_skipped(capsys):
     seen = []
 
     class ObserversForTest:
@@ -137,14 +137,79 @@ def test_observer_exceptions_do_not_break_notifications(caplog):
             seen.append((task, latency_ms, slo_latency_ms))
 
     class RaisingObserverForTest:
+        calls = 0
+
         @hookimpl
         def sparseloom_slo_violation(self, task):
+            RaisingObserverForTest.calls += 1
             raise RuntimeError("observer bug")
 
     registry = create_registry(autoload=False, builtins=())
     registry.register_plugin(ObserversForTest(), "ok")
-    registry.register_plugin(RaisingObserverForTest(), "bad")
-    registry.notify_slo_violation("vision", 12.0, 10.0)
-    assert seen == [("vision", 12.0, 10.0)]
-    assert "observer bug" in caplog.text
+    registry.register_plugin(RaisingObserverForTest(), "bad", distribution="bad-dist",
+                             version="2.0")
+    for _ in range(30):
+        registry.notify_slo_violation("vision", 12.0, 10.0)
+    assert seen == [("vision", 12.0, 10.0)] * 30
+    assert RaisingObserverForTest.calls == 1
+    err = capsys.readouterr().err
+    assert err.count("Warning:") == 1 and "Traceback" not in err, err
+    assert "plugin 'bad' (distribution bad-dist 2.0)" in err and "observer bug" in err
 
+
+# -- the plugin boundary -----------------------------------------------------------------------
+
+
+class BuggyPolicyForTest:
+    """Test double: a third-party policy whose ``plan`` raises what the test injects."""
+
+    error: Exception = RuntimeError("division by zero somewhere")
+
+    def plan(self, tasks, profile, processors, slos):
+        raise self.error
+
+    @staticmethod
+    def describe():
+        return "buggy"
+
+
+def _buggy_registry():
+    class BuggyPluginForTest:
+        @hookimpl
+        def sparseloom_register_policies(self, register):
+            register("buggy", BuggyPolicyForTest)
+            register("broken-factory", lambda: 1 / 0)
+
+    registry = create_registry(autoload=False, builtins=("sparseloom.plugins.policies",))
+    registry.register_plugin(BuggyPluginForTest(), "buggy-plugin", distribution="buggy-dist",
+                             version="0.3")
+    return registry
+
+
+def test_a_third_party_method_that_raises_is_one_plugin_error_naming_it():
+    registry = _buggy_registry()
+    policy = registry.create("policy", "buggy")
+    assert isinstance(policy, BuggyPolicyForTest)  # the boundary is invisible otherwise
+    assert policy.describe() == "buggy" and policy.error is BuggyPolicyForTest.error
+    with pytest.raises(PluginCallError) as caught:
+        policy.plan([], None, [], {})
+    message = str(caught.value)
+    assert message.startswith("policy 'buggy' of plugin 'buggy-plugin' (distribution "
+                              "buggy-dist 0.3) failed in plan(): RuntimeError: division by zero")
+    assert "\n" not in message and isinstance(caught.value.__cause__, RuntimeError)
+    with pytest.raises(PluginCallError, match=r"'broken-factory'.*its factory.*ZeroDivision"):
+        registry.create("policy", "broken-factory")
+
+
+def test_a_sparseloom_error_raised_on_purpose_passes_the_boundary_unchanged():
+    registry = _buggy_registry()
+    policy = registry.create("policy", "buggy")
+    policy.error = PlanError("no variant meets the SLO of task 'x'")
+    with pytest.raises(PlanError, match=r"^no variant meets"):
+        policy.plan([], None, [], {})
+
+
+def test_builtins_are_not_wrapped():
+    registry = _buggy_registry()
+    builtin = registry.create("policy", "sparseloom")
+    assert type(builtin) is registry.get_policy("sparseloom").factory

@@ -1,0 +1,58 @@
+"""A third-party plugin that raises is contained (issue #24, class 1), run as a user would.
+
+The plugins of :mod:`tests.plugins.failing` are installed as a distribution and autoloaded.
+Each failure is one ``Error:`` line naming the plugin, its distribution and what it raised;
+``SPARSELOOM_DEBUG=1`` adds the traceback; an observer that raises is reported once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_bad_inputs import refused, run_cli
+from tests.plugin_dists import REPO
+from tests.plugins.failing import DISTRIBUTION, failing_distribution
+
+
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment that autoloads the failing plugins' distribution."""
+    root = failing_distribution(tmp_path_factory.mktemp("failing-dist"))
+    path = os.pathsep.join(p for p in (str(root), str(REPO),
+                                       os.environ.get("PYTHONPATH", "")) if p)
+    return {"SPARSELOOM_DISABLE_PLUGIN_AUTOLOAD": "0", "PYTHONPATH": path}
+
+
+def test_a_backend_that_raises_is_one_line_naming_it(plugin_env: dict[str, str]) -> None:
+    from sparseloom.api import load_workload
+
+    model = Path(load_workload("tiny", progress=False).tasks[0].info["cache_dir"]) / "model.onnx"
+    for point in ("compile", "load", "infer"):
+        proc = run_cli(["infer", model, "-p", f"fail-{point}:CPU", "--repeat", "1"],
+                       **plugin_env)
+        refused(proc, f"backend 'fail-{point}'", DISTRIBUTION, "6.6.6", f"{point}()",
+                f"RuntimeError: injected {point} failure", "SPARSELOOM_DEBUG=1")
+    debug = run_cli(["infer", model, "-p", "fail-load:CPU"], **plugin_env, SPARSELOOM_DEBUG="1")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr, debug.stderr
+    assert "in load" in debug.stderr, debug.stderr  # the plugin's own frame
+    assert [line.startswith("Error:") for line in debug.stderr.splitlines()].count(True) == 1
+
+
+def test_a_policy_that_raises_is_one_line_naming_it(plugin_env: dict[str, str]) -> None:
+    refused(run_cli(["plan", "tiny", "--policy", "fail-plan"], **plugin_env),
+            "policy 'fail-plan'", DISTRIBUTION, "plan()", "injected plan failure")
+    refused(run_cli(["plan", "tiny", "--policy", "fail-factory"], **plugin_env),
+            "policy 'fail-factory'", DISTRIBUTION, "its factory", "injected factory failure")
+
+
+def test_an_observer_that_raises_is_reported_once(plugin_env: dict[str, str]) -> None:
+    # Every one of the 30 requests misses a 1 µs SLO: the observer is called once only.
+    proc = run_cli(["run", "tiny", "--queries", "30", "--slo", "tiny=0,0.001"], **plugin_env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "sparseloom_slo_violation" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert warnings[0].startswith("Warning: observer") and DISTRIBUTION in warnings[0]
+    assert "injected observer failure" in warnings[0] and "not called again" in warnings[0]
