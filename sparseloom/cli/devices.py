@@ -48,22 +48,43 @@ def devices_command(as_json: bool) -> None:
     )
 
 
-def _read_inputs(path: Path) -> dict[str, Any]:
-    """The arrays of an ``--input`` .npz; refuses empty batches, warns about NaN and Inf."""
-    import numpy as np
+def _declared_ranks(model: Path) -> dict[str, int]:
+    """The rank the model declares for each input (none when the model is unreadable: the
+    backend says so in its own words)."""
+    from sparseloom.workload.build import describe_model
 
     try:
-        archive = np.load(path, allow_pickle=False)
-        if not hasattr(archive, "files"):
-            raise ValueError("it holds a single array, not arrays by input name")
-        with archive:
+        return {name: len(shape) for name, (_, shape) in describe_model(model)["inputs"].items()}
+    except ConfigError:
+        return {}
+
+
+def _read_inputs(path: Path, ranks: dict[str, int]) -> dict[str, Any]:
+    """The arrays of an ``--input`` .npz; refuses empty batches, warns about NaN and Inf.
+
+    An array has rows to run when it has a first dimension above 0; an input the model declares
+    with rank 0 (a scalar, such as a sample rate) is run as given.
+    """
+    import numpy as np
+
+    fix = "write one array per input name with numpy.savez(path, name=array)"
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ConfigError(f"cannot read inputs from {str(path)!r}: {error.strerror or error}; "
+                          "check the path and its permissions") from None
+    if magic != b"PK\x03\x04":  # np.load takes any other bytes for a pickle
+        raise ConfigError(f"cannot read inputs from {str(path)!r}: it is not an .npz archive "
+                          f"(a zip file; it starts with {magic!r}); {fix}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
-    except Exception as error:  # OSError, ValueError, zipfile.BadZipFile, EOFError, ...
-        raise ConfigError(
-            f"cannot read inputs from {str(path)!r}: {error}; write one array per input name "
-            "with numpy.savez(path, name=array)"
-        ) from None
+    except Exception as error:  # ValueError, zipfile.BadZipFile, EOFError, ...
+        raise ConfigError(f"cannot read inputs from {str(path)!r}: {error}; {fix}") from None
     for name, array in arrays.items():
+        if ranks.get(name) == 0 and array.ndim == 0:
+            continue
         if array.ndim == 0 or array.shape[0] == 0:
             raise DataError(f"--input {path}: array {name!r} has shape {list(array.shape)}, no "
                             "rows to run; give at least one row (batch first)")
@@ -140,7 +161,7 @@ def infer_command(model: Path, processor_spec: str, input_path: Path | None,
     processor = get_processor(processor_spec)
     if not model.is_file():
         raise BackendError(f"model file {str(model)!r} not found; check the path")
-    inputs = _read_inputs(input_path) if input_path is not None else None
+    inputs = _read_inputs(input_path, _declared_ranks(model)) if input_path is not None else None
     _check_input_size(model)
     backend = get_backend(processor.backend)
     with warnings.catch_warnings():

@@ -7,9 +7,9 @@ from typing import Any
 
 import attrs
 
-from sparseloom.core.errors import PlanError
+from sparseloom.core.errors import PlanError, SparseloomError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, Plan
+from sparseloom.core.types import SLO, Plan, Processor
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plan.preload import Preload, preload
 from sparseloom.plan.slo_grid import grid_middle
@@ -60,6 +60,30 @@ def resolve_slos(profile: ProfileTable, slos: Mapping[str, SLO] | None,
     return resolved, sources
 
 
+def profiled_processors(profile: ProfileTable, chosen: Sequence[Any] | None = None
+                        ) -> list[Processor]:
+    """``chosen`` (records or names; default every profiled processor) as records, with the
+    execution config the profile measured them with: as this machine discovers them, or by
+    name alone where it does not (a simulated SoC's, a backend not installed here). A policy
+    written to the protocol is always given records."""
+    from sparseloom.core.processors import get_processor
+
+    specs = {str(c.get("spec", "")).partition("?")[0]: c.get("spec")
+             for c in profile.meta.get("processor_config", ()) if isinstance(c, Mapping)}
+    found = []
+    for item in chosen or profile.processors:
+        if isinstance(item, Processor):
+            found.append(item)
+            continue
+        name = str(item)
+        try:
+            found.append(get_processor(specs.get(name) or name, require_available=False))
+        except SparseloomError:
+            backend, _, device = name.partition("?")[0].partition(":")
+            found.append(Processor(name.partition("?")[0], backend, device or name))
+    return found
+
+
 def make_plan(
     profile: ProfileTable,
     *,
@@ -73,7 +97,8 @@ def make_plan(
     """Plan every task of ``profile`` with the registered ``policy`` and preload for it.
 
     :param slos: SLO per task; tasks left out take ``workload_slos``, else their grid middle.
-    :param processors: processors (records or names) to plan on; default all profiled ones.
+    :param processors: processors (records or names) to plan on; default all profiled ones
+        (the policy is given them as records, see :func:`profiled_processors`).
     :param memory_budget: a fraction of full preloading in (0, 1], or bytes (an int).
     :param workload_slos: the workload file's ``[task.slo]`` per task.
     :param policy_options: keyword options for the policy's factory.
@@ -84,7 +109,8 @@ def make_plan(
     if isinstance(implementation, ProfilePolicy):  # a subclass registered under its own name
         implementation.name = policy
     resolved, sources = resolve_slos(profile, slos, workload_slos)
-    plan = implementation.plan(list(profile.tasks), profile, list(processors or ()), resolved)
+    chosen = profiled_processors(profile, processors)
+    plan = implementation.plan(list(profile.tasks), profile, chosen, resolved)
     if not isinstance(plan, Plan):
         raise PlanError(f"policy {policy!r} returned {type(plan).__name__}, not a Plan; fix the "
                         "plugin that registers it (see `sparseloom plugins`)")
