@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from sparseloom.core.errors import SparseloomError
+
 log = logging.getLogger("sparseloom.runtime")
 
 _STOP = object()
@@ -66,7 +68,8 @@ class ControlThread:
             try:
                 job()  # type: ignore[operator]
             except Exception as error:  # a job's error is reported in the summary; the run goes on
-                log.exception("runtime control job failed")
+                if not isinstance(error, SparseloomError):  # a bug: keep its traceback
+                    log.exception("runtime control job failed")
                 self.errors.append(f"{type(error).__name__}: {error}")
             self.job_ms.append((time.perf_counter() - started) * 1e3)
             with self._lock:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sparseloom.core.errors import RuntimeServeError, SparseloomError
+from sparseloom.core.errors import PluginCallError, RuntimeServeError, SparseloomError
 from sparseloom.core.types import SLO
 from sparseloom.runtime.monitor import make_feedback
 from sparseloom.runtime.records import LoadEvent
@@ -134,15 +134,23 @@ def _down(runtime: Runtime) -> tuple[str, ...]:
 
 
 def give_feedback(runtime: Runtime) -> None:
-    """Tell the policy the monitors' verdicts; apply the plan it returns, if any."""
+    """Tell the policy the monitors' verdicts; apply the plan it returns, if any.
+
+    A third-party ``on_feedback`` that raises is reported once (the error leaves this call, the
+    run's summary notes it) and not called again in this run: the plan in force stays.
+    """
     on_feedback = getattr(runtime.policy, "on_feedback", None)
-    if not callable(on_feedback):
+    if not callable(on_feedback) or getattr(runtime, "feedback_error", None) is not None:
         return
     active = _active(runtime)
     monitors = {t: runtime.states[t].monitor for t in active}
     feedback = make_feedback(runtime.plan, monitors, _down(runtime))
     runtime.feedbacks.append(feedback)
-    new_plan = on_feedback(feedback)
+    try:
+        new_plan = on_feedback(feedback)
+    except PluginCallError as error:
+        runtime.feedback_error = error  # type: ignore[attr-defined]
+        raise PluginCallError(f"{error}; on_feedback is not called again in this run") from error
     if new_plan is not None:
         apply_plan(runtime, new_plan, "feedback")
 

@@ -46,6 +46,10 @@ def test_a_policy_that_raises_is_one_line_naming_it(plugin_env: dict[str, str]) 
             "policy 'fail-plan'", DISTRIBUTION, "plan()", "injected plan failure")
     refused(run_cli(["plan", "tiny", "--policy", "fail-factory"], **plugin_env),
             "policy 'fail-factory'", DISTRIBUTION, "its factory", "injected factory failure")
+    refused(run_cli(["simulate", "tiny", "--policy", "fail-plan"], **plugin_env),
+            "policy 'fail-plan'", DISTRIBUTION, "plan()", "injected plan failure")
+    refused(run_cli(["run", "tiny", "--policy", "fail-plan", "--queries", "5"], **plugin_env),
+            "policy 'fail-plan'", DISTRIBUTION, "plan()", "injected plan failure")
 
 
 def test_an_observer_that_raises_is_reported_once(plugin_env: dict[str, str]) -> None:
@@ -56,3 +60,13 @@ def test_an_observer_that_raises_is_reported_once(plugin_env: dict[str, str]) ->
     assert len(warnings) == 1, proc.stderr
     assert warnings[0].startswith("Warning: observer") and DISTRIBUTION in warnings[0]
     assert "injected observer failure" in warnings[0] and "not called again" in warnings[0]
+
+
+def test_a_policy_whose_on_feedback_raises_is_reported_once(plugin_env: dict[str, str]) -> None:
+    proc = run_cli(["run", "tiny", "--policy", "fail-feedback", "--queries", "100",
+                    "--slo", "tiny=0,0.001"], **plugin_env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if "on_feedback" in line]
+    assert len(notes) == 1, proc.stdout
+    assert "policy 'fail-feedback'" in notes[0] and DISTRIBUTION in notes[0]
+    assert "not called again" in notes[0]
