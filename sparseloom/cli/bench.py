@@ -124,3 +124,12 @@ def bench_policies(policies: tuple[str, ...], repeats: int, as_json: bool) -> No
 
 
 COMMANDS = (bench,)
+
+
+def _add_serve() -> None:
+    from sparseloom.cli.bench_serve import serve_command
+
+    bench.add_command(serve_command)
+
+
+_add_serve()

@@ -29,6 +29,24 @@ log = logging.getLogger("sparseloom.backends")
 #: Processor option that decides what a detected device fallback does.
 FALLBACK_OPTION = "on_fallback"
 FALLBACK_CHOICES = ("error", "warn")
+#: The option that leaves a CPU processor at its runtime's own defaults (threads, streams,
+#: pinning, precision): how a user runs a model without sparseloom (``bench serve``'s stock
+#: contenders). Its value is ``true`` or ``false``.
+STOCK_OPTION = "stock"
+
+
+def stock_defaults(processor: Processor) -> bool:
+    """Whether ``processor`` asks for its runtime's own defaults (:data:`STOCK_OPTION`).
+
+    :raises ConfigError: a value other than true/false.
+    """
+    value = str(processor.options.get(STOCK_OPTION, "false")).strip().lower()
+    if value not in ("true", "false", "1", "0"):
+        from sparseloom.core.errors import ConfigError
+
+        raise ConfigError(f"processor {processor.name}: {STOCK_OPTION}={value!r} is not true "
+                          f"or false")
+    return value in ("true", "1")
 
 
 @attrs.frozen

@@ -6,6 +6,9 @@ Processor options (strings) this backend reads:
 - ``session.<key>``: an ORT session config entry, e.g. ``session.intra_op.allow_spinning=0``.
 - ``ep.<key>``: a provider option, e.g. ``ep.trt_fp16_enable=True``, ``ep.gpu_mem_limit=...``.
 - ``on_fallback``: ``error`` (default) or ``warn`` when the provider asked for does not run it.
+- ``stock``: ``true`` leaves the session's threading at ONNX Runtime's own defaults (intra-op
+  threads = the machine's cores, spinning on; ``threads`` is ignored): how a user runs a model
+  without sparseloom, for the stock contenders of ``sparseloom bench serve``.
 
 Requests run on the processor's own pinned worker thread (ORT's ``run_async`` needs two or more
 intra-op threads, and a 1-thread session runs on the calling thread, which is what pins it).
@@ -22,11 +25,13 @@ from sparseloom.core.types import Processor
 from sparseloom.plugins.backends import _memory, _worker
 from sparseloom.plugins.backends._base import WorkerBackend
 from sparseloom.plugins.backends._common import (
+    STOCK_OPTION,
     CompiledModel,
     LoadedModel,
     example_inputs,
     handle_fallback,
     notify_and_raise,
+    stock_defaults,
 )
 
 if TYPE_CHECKING:
@@ -152,12 +157,12 @@ class OnnxRuntimeBackend(WorkerBackend):
         from sparseloom.core.errors import ConfigError
 
         for key, value in processor.options.items():
-            if key in ("graph_optimization_level", "on_fallback") or key.startswith(
+            if key in ("graph_optimization_level", "on_fallback", STOCK_OPTION) or key.startswith(
                     ("session.", "ep.")):
                 continue
             raise ConfigError(
                 f"processor {processor.name}: unknown option {key}={value!r}; ONNX Runtime "
-                "processors take graph_optimization_level, on_fallback, session.<key> (a "
+                "processors take graph_optimization_level, on_fallback, stock, session.<key> (a "
                 "session config entry) and ep.<key> (a provider option)")
         level = processor.options.get("graph_optimization_level", "all")
         if level not in _LEVELS:
@@ -168,9 +173,10 @@ class OnnxRuntimeBackend(WorkerBackend):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = processor.threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if not stock_defaults(processor):
+            options.intra_op_num_threads = processor.threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3  # fallback is detected and reported by sparseloom
         level = level or processor.options.get("graph_optimization_level", "all")
         if level not in _LEVELS:

@@ -7,7 +7,8 @@ Processor options (strings) this backend reads: ``on_fallback`` (``error`` by de
 On CPU, ``threads`` sets ``INFERENCE_NUM_THREADS``, ``streams`` sets ``NUM_STREAMS``, and
 ``ENABLE_CPU_PINNING`` is off: OpenVINO otherwise pins every 1-thread model to the same core.
 ``INFERENCE_PRECISION_HINT`` is ``f32`` (OpenVINO would run f32 models in bf16 on CPUs with
-AMX/AVX512-BF16); pass ``INFERENCE_PRECISION_HINT=bf16`` to opt in.
+AMX/AVX512-BF16); pass ``INFERENCE_PRECISION_HINT=bf16`` to opt in. ``stock=true`` leaves all
+of these at OpenVINO's own defaults (``bench serve``'s stock contenders).
 The processor's worker thread is pinned to its cores instead, and the model is compiled and run
 from that thread so that the threads OpenVINO creates inherit the pinning.
 """
@@ -24,12 +25,14 @@ from sparseloom.plugins.backends import _worker
 from sparseloom.plugins.backends._base import WorkerBackend
 from sparseloom.plugins.backends._common import (
     FALLBACK_OPTION,
+    STOCK_OPTION,
     CompiledModel,
     LoadedModel,
     example_inputs,
     handle_fallback,
     notify_and_raise,
     resolve_model,
+    stock_defaults,
 )
 
 if TYPE_CHECKING:
@@ -106,7 +109,8 @@ class OpenVinoBackend(WorkerBackend):
         from sparseloom.core.cache import cache_dir
 
         config: dict[str, Any] = {"CACHE_DIR": str(cache_dir() / "ov")}
-        if _base_device(processor.device) == "CPU" and not processor.device.startswith("AUTO"):
+        if (_base_device(processor.device) == "CPU" and not processor.device.startswith("AUTO")
+                and not stock_defaults(processor)):
             # On CPUs with AMX or AVX512-BF16 OpenVINO runs f32 models in bf16 by default: on
             # this machine (Xeon, amx_bf16) tiny's logits moved by up to 1.1% against ONNX
             # Runtime. A zoo variant named "dense" must compute in f32; the fp16 and int8
@@ -114,7 +118,8 @@ class OpenVinoBackend(WorkerBackend):
             config |= {"INFERENCE_NUM_THREADS": processor.threads,
                        "NUM_STREAMS": processor.streams, "ENABLE_CPU_PINNING": False,
                        "INFERENCE_PRECISION_HINT": "f32"}
-        config |= {k: v for k, v in processor.options.items() if k != FALLBACK_OPTION}
+        config |= {k: v for k, v in processor.options.items()
+                   if k not in (FALLBACK_OPTION, STOCK_OPTION)}
         return config
 
     def _compile_model(self, path: str, processor: Processor) -> Any:

@@ -1,0 +1,91 @@
+"""``sparseloom bench serve WORKLOAD``: every contender against the stock runtimes, side by side.
+
+See :mod:`sparseloom.evaluation.bench_serve` for what is measured and docs/evaluation.md for how
+to read the report.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+SCENARIO_CHOICES = ("closed", "capacity", "grid")
+
+
+@click.command("serve")
+@click.argument("workload")
+@click.option("--scenario", "scenarios", multiple=True, type=click.Choice(SCENARIO_CHOICES),
+              help="Scenario to run (repeat); default all three.")
+@click.option("--contender", "contenders", multiple=True,
+              help="Contender to run (repeat); default every registered policy and every stock "
+                   "runtime.")
+@click.option("--rounds", type=click.IntRange(min=1), default=None,
+              help="Interleaved rounds of the closed and grid scenarios [default 5; --quick 2].")
+@click.option("--capacity-rounds", type=click.IntRange(min=1), default=None,
+              help="Bisections per contender and k in the capacity scenario [default 1].")
+@click.option("--quick", is_flag=True,
+              help="Fewer rounds, 100-request capacity probes, 3 bisection steps, k = 5 only: "
+                   "minutes instead of half an hour; every run still VALID.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write report.json, report.md and the figures here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[str, ...],
+                  rounds: int | None, capacity_rounds: int | None, quick: bool,
+                  out: Path | None, as_json: bool) -> None:
+    """Serve WORKLOAD with every contender in interleaved rounds and compare them.
+
+    Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
+    OpenVINO out of the box and matched to sparseloom's cores, threads and precision, and
+    sparseloom's picks served by stock ONNX Runtime). Per contender the median and min–max of
+    each figure over VALID runs; ratios per round: sparseloom ÷ the best stock runtime and ÷
+    the best baseline. Benchmark on a quiet machine: the load average before every run is
+    recorded and a busy machine is flagged.
+    """
+    import json
+
+    import attrs
+
+    from sparseloom.cli.output import echo_json, ensure_output_dir
+    from sparseloom.cli.run import load_profiled
+    from sparseloom.evaluation.bench_serve import bench_serve
+    from sparseloom.evaluation.contenders import select_contenders
+    from sparseloom.evaluation.serve_figures import QUICK, BenchOptions
+    from sparseloom.evaluation.serve_report import headline_lines, render_markdown, write_figures
+
+    folder = ensure_output_dir(out) if out is not None else None
+    select_contenders(contenders)  # refuse a bad name before anything is built
+    options = QUICK if quick else BenchOptions()
+    changes = {"scenarios": scenarios} if scenarios else {}
+    if rounds is not None:
+        changes["rounds"] = rounds
+    if capacity_rounds is not None:
+        changes["capacity_rounds"] = capacity_rounds
+    options = attrs.evolve(options, **changes)
+    loaded, profile = load_profiled(workload, progress=not as_json)
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+
+    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
+            for name in profile.tasks}
+
+    def progress(line: str) -> None:
+        click.echo(line, err=True)
+
+    report = bench_serve(loaded, profile, zoos, contenders=contenders, options=options,
+                         progress=None if as_json else progress)
+    markdown = render_markdown(report)
+    if folder is not None:
+        (folder / "report.json").write_text(json.dumps(report, indent=2, default=str))
+        (folder / "report.md").write_text(markdown)
+        write_figures(report, folder)
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(markdown)
+    for line in headline_lines(report):
+        click.echo(line)
+    if folder is not None:
+        click.echo(f"report: {folder / 'report.md'} (JSON: report.json, figures: serve_*.png)",
+                   file=sys.stderr)

@@ -1,0 +1,102 @@
+"""``sparseloom bench serve``: every contender against the stock runtimes, side by side.
+
+For every scenario (:mod:`sparseloom.evaluation.serve_scenarios`), round ``r`` runs every
+contender (:mod:`sparseloom.evaluation.contenders`: the registered policies and the stock
+runtimes of :mod:`sparseloom.evaluation.stock`) once, in an order rotated by ``r``, on the same
+processors' cores, eval rows (seeded per round), load and scoring. Per contender the report
+gives the median and spread (min–max) of each figure over its VALID runs, and each ratio —
+sparseloom ÷ the best stock runtime, ÷ the best baseline, ÷ its own picks on stock ONNX
+Runtime — computed per round, then summarised. Only measured, VALID runs enter a median; the
+1-minute load average before every run is recorded, and a result with any run started above
+:data:`~sparseloom.evaluation.serve_figures.QUIET_LOAD` is marked as no headline.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sparseloom.evaluation.contenders import ServeContext, select_contenders
+from sparseloom.evaluation.serve_figures import QUIET_LOAD, BenchOptions, Recorder
+
+
+def machine() -> dict[str, Any]:
+    """The CPU model, core count and runtime versions the figures were measured with."""
+    import onnxruntime
+    import openvino
+
+    from sparseloom.core.processors import allowed_cores
+
+    model = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": list(allowed_cores()), "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__, "openvino": openvino.get_version()}
+
+
+def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[str] = (),
+                options: BenchOptions | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the scenarios of ``options`` for ``contenders`` (all when empty); the JSON report.
+
+    :param workload: the served workload; ``profile`` its profile table; ``zoos`` its subgraph
+        zoos by task.
+    :param progress: called with one line after every run.
+    :raises ConfigError: an unknown or repeated contender, or bad options.
+    """
+    from sparseloom.evaluation import serve_scenarios
+    from sparseloom.runtime.session import profile_processors
+
+    options = options or BenchOptions()
+    chosen = select_contenders(contenders)
+    cores = tuple(sorted({c for p in profile_processors(profile) for c in p.cores}))
+    context = ServeContext(workload, profile, zoos, cores)
+    recorder = Recorder(progress)
+    report: dict[str, Any] = {"workload": workload.name, "machine": machine(),
+                              "options": _options(options), "contenders": [
+                                  {"contender": c.name, "kind": c.kind} for c in chosen],
+                              "stock_configurations": _stock_configurations(chosen, cores),
+                              "processors": [p.name + (f" (cores {list(p.cores)}, "
+                                                       f"{p.threads} thread(s))")
+                                             for p in profile_processors(profile)],
+                              "scenarios": {}}
+    closed_result = None
+    for scenario in options.scenarios:
+        started = time.perf_counter()
+        if scenario == "closed":
+            result = closed_result = serve_scenarios.closed(context, chosen, options, recorder)
+        elif scenario == "capacity":
+            result = serve_scenarios.capacity(context, chosen, options, recorder, closed_result)
+        else:
+            result = serve_scenarios.grid(context, chosen, options, recorder)
+        result["seconds"] = time.perf_counter() - started
+        report["scenarios"][scenario] = result
+    loads = [x for x in recorder.loads if x == x]
+    report["load"] = {"before_first": recorder.loads[0] if recorder.loads else math.nan,
+                      "max_before_run": max(loads, default=math.nan),
+                      "quiet": bool(loads) and max(loads) <= QUIET_LOAD,
+                      "threshold": QUIET_LOAD}
+    report["runs"] = [{k: v for k, v in r.items() if k != "summary"} for r in recorder.runs]
+    return report
+
+
+def _options(options: BenchOptions) -> dict[str, Any]:
+    import attrs
+
+    return attrs.asdict(options)
+
+
+def _stock_configurations(chosen: Sequence[Any], cores: Sequence[int]) -> dict[str, str]:
+    from sparseloom.evaluation.stock import STOCK_RUNTIMES
+
+    return {c.name: STOCK_RUNTIMES[c.name].describe(cores) for c in chosen
+            if c.kind == "stock"}

@@ -1,0 +1,228 @@
+"""What ``sparseloom bench serve`` measures and how: options, the run record, medians, ratios.
+
+For every scenario, round ``r`` runs every contender once, in an order rotated by ``r``, on the
+same processors' cores, eval rows (seeded per round), load and scoring. Per contender it
+reports the median and the spread (min–max) of each figure over its VALID runs, and each ratio
+— sparseloom ÷ the best stock runtime, ÷ the best baseline, ÷ its own picks on a stock runtime —
+computed per round, then summarised the same way. Scenarios:
+
+- ``closed``: the paper's throughput: ``queries`` requests per task, batch 1, one in flight per
+  task, completed ÷ wall time, at equal accuracy (each task's accuracy SLO = its dense metric
+  − 1 point, latency unconstrained).
+- ``capacity``: MLPerf Server style: Poisson arrivals at one rate per task; the largest rate at
+  which every task meets p90 ≤ k × its isolated dense latency on its fastest processor and its
+  accuracy SLO over ``capacity_requests`` requests, found by bisection
+  (:mod:`sparseloom.evaluation.capacity`).
+- ``grid``: the violation rate under a closed loop at ``k`` × isolated dense latency × the
+  paper's accuracy axis (:mod:`sparseloom.evaluation.grid`).
+
+Only measured, VALID runs are evidence: an INVALID run is kept in the raw record and left out
+of every median. The 1-minute load average is read before every run; when it was above
+:data:`QUIET_LOAD` before any run the result is marked ``quiet: false`` (not a headline).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from sparseloom.core.errors import ConfigError
+from sparseloom.core.types import SLO
+from sparseloom.evaluation.contenders import HEADLINE, Contender, ServeContext
+
+#: The scenarios, in the order they run.
+SCENARIOS = ("closed", "capacity", "grid")
+#: 1-minute load average above which a run is not on a quiet machine.
+QUIET_LOAD = 0.5
+#: Latency SLO multipliers of the capacity and grid scenarios (Sparse-DySta's, Band's slo_scale).
+KS = (2.0, 5.0, 10.0)
+#: "Unconstrained" latency SLO of the closed scenario, ms.
+UNCONSTRAINED_MS = 1e9
+
+
+@attrs.frozen
+class BenchOptions:
+    """How much to measure.
+
+    Attributes:
+        scenarios: which scenarios to run.
+        rounds: interleaved rounds (closed, grid).
+        capacity_rounds: bisections per contender and k (capacity).
+        queries: requests per task in a closed run.
+        capacity_requests: requests per task in a capacity probe.
+        capacity_steps: bisection steps per capacity search.
+        ks: latency SLO multipliers (capacity, grid).
+        baseline_ks: the ks at which baselines run in the capacity search.
+        seed: seeds the eval rows (``seed + round``) and arrivals.
+    """
+
+    scenarios: tuple[str, ...] = attrs.field(default=SCENARIOS, converter=tuple)
+    rounds: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    capacity_rounds: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    capacity_requests: int = attrs.field(default=500, validator=attrs.validators.ge(1))
+    capacity_steps: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    ks: tuple[float, ...] = attrs.field(default=KS, converter=tuple)
+    baseline_ks: tuple[float, ...] = attrs.field(default=(5.0,), converter=tuple)
+    seed: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        unknown = [s for s in self.scenarios if s not in SCENARIOS]
+        if unknown or not self.scenarios:
+            raise ConfigError(f"unknown scenario(s) {', '.join(map(repr, unknown))}; choose "
+                              f"from {', '.join(SCENARIOS)}")
+        if any(not (math.isfinite(k) and k > 0) for k in (*self.ks, *self.baseline_ks)):
+            raise ConfigError(f"latency multipliers must be finite and > 0, got {self.ks}")
+
+
+QUICK = BenchOptions(rounds=2, capacity_rounds=1, queries=100, capacity_requests=100,
+                     capacity_steps=3, ks=(5.0,))
+
+
+def load_average() -> float:
+    """The 1-minute load average (``nan`` where the OS has none)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return math.nan
+
+
+def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
+    """``items`` rotated left by ``round_index`` (round r starts with the r-th)."""
+    if not items:
+        return []
+    shift = round_index % len(items)
+    return list(items[shift:]) + list(items[:shift])
+
+
+def summary_figures(summary: Any) -> dict[str, float]:
+    """The figures of one run summary that the benchmark reports."""
+    figures = {"throughput_rps": float(summary.throughput_rps),
+               "violation_rate": float(summary.violation_rate)}
+    for task in summary.tasks:
+        figures[f"p90_ms.{task.task}"] = float(task.latency.p90_ms)
+        figures[f"accuracy.{task.task}"] = float(task.accuracy_measured)
+    for name, share in summary.utilisation.items():
+        figures[f"utilisation.{name}"] = float(share)
+    return figures
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max and count of the finite ``values`` (``nan`` when none)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
+    return {"median": statistics.median(finite), "min": min(finite), "max": max(finite),
+            "n": len(finite)}
+
+
+def dense_slos(context: ServeContext, latency_ms: Mapping[str, float] | None = None
+               ) -> dict[str, SLO]:
+    """Each task at equal accuracy: its dense metric − 1 point; latency as given or none."""
+    out = {}
+    for name in context.workload.task_names:
+        dense = float(context.zoos[name].manifest["metric"]["dense"])
+        latency = (latency_ms or {}).get(name, UNCONSTRAINED_MS)
+        out[name] = SLO(max(dense - 0.01, 0.0), latency)
+    return out
+
+
+def isolated_dense_ms(context: ServeContext) -> dict[str, float]:
+    """Each task's dense model, whole, on its fastest processor: the profile's summed stages."""
+    out = {}
+    for name in context.workload.task_names:
+        latency = context.profile.task(name).latency_ms  # (S, V, P)
+        out[name] = float(latency[:, 0, :].sum(axis=0).min())
+    return out
+
+
+@attrs.define(eq=False)
+class Recorder:
+    """Every measured run of one benchmark, with the load average before it."""
+
+    progress: Callable[[str], None] | None = None
+    runs: list[dict[str, Any]] = attrs.field(factory=list)
+    loads: list[float] = attrs.field(factory=list)
+
+    def runs_of(self, scenario: str) -> list[dict[str, Any]]:
+        """The runs of one scenario, in the order they ran."""
+        return [r for r in self.runs if r["scenario"] == scenario]
+
+    def run(self, scenario: str, contender: Contender, round_index: int,
+            serve: Callable[[], Any], **extra: Any) -> dict[str, Any]:
+        """Serve once, record the figures; a run that raises is recorded as failed."""
+        load = load_average()
+        self.loads.append(load)
+        started = time.perf_counter()
+        record: dict[str, Any] = {"scenario": scenario, "contender": contender.name,
+                                  "round": round_index, "load_before": load, **extra}
+        try:
+            summary = serve()
+        except Exception as error:  # a contender that cannot serve is reported, not fatal
+            record |= {"valid": False, "reasons": [f"{type(error).__name__}: {error}"],
+                       "figures": {}}
+        else:
+            record |= {"valid": bool(summary.valid), "reasons": list(summary.reasons),
+                       "figures": summary_figures(summary), "summary": summary}
+        record["seconds"] = time.perf_counter() - started
+        self.runs.append(record)
+        if self.progress is not None:
+            figure = record["figures"].get("throughput_rps", math.nan)
+            self.progress(f"{scenario} r{round_index + 1} {contender.name}: "
+                          f"{figure:.0f} req/s{'' if record['valid'] else ' INVALID'} "
+                          f"({record['seconds']:.1f} s, load {load:.2f})")
+        return record
+
+
+def ratios_per_round(values: Mapping[str, Mapping[int, float]],
+                     contenders: Sequence[Contender], higher_is_better: bool = True
+                     ) -> dict[str, dict[str, Any]]:
+    """sparseloom ÷ best stock, ÷ best baseline, ÷ picks-ort: per round, then summarised.
+
+    ``values[contender][round]`` is a VALID run's figure; rounds where either side has none
+    are left out. Where lower is better (violation rates, which are often 0) the comparison is
+    a difference, best other − sparseloom (> 0: sparseloom lower), not a ratio.
+    """
+    if not higher_is_better:
+        return _differences(values, contenders)
+    pick = max
+    groups = _groups(contenders)
+    mine = values.get(HEADLINE, {})
+    out = {}
+    for key, names in groups.items():
+        per_round = {}
+        for round_index, own in mine.items():
+            others = [values[n][round_index] for n in names
+                      if round_index in values.get(n, {}) and values[n][round_index] > 0]
+            if others and own > 0:
+                per_round[round_index] = own / pick(others)
+        out[key] = {"rounds": [per_round[r] for r in sorted(per_round)], **spread(
+            list(per_round.values())), "against": names}
+    return out
+
+
+def _groups(contenders: Sequence[Contender]) -> dict[str, list[str]]:
+    return {"vs_best_stock": [c.name for c in contenders if c.is_stock],
+            "vs_best_baseline": [c.name for c in contenders if c.is_baseline],
+            "vs_picks_on_stock": [c.name for c in contenders if c.name == "picks-ort"]}
+
+
+def _differences(values: Mapping[str, Mapping[int, float]], contenders: Sequence[Contender]
+                 ) -> dict[str, dict[str, Any]]:
+    mine = values.get(HEADLINE, {})
+    out = {}
+    for key, names in _groups(contenders).items():
+        per_round = {}
+        for round_index, own in mine.items():
+            others = [values[n][round_index] for n in names if round_index in values.get(n, {})]
+            if others:
+                per_round[round_index] = min(others) - own
+        out[key] = {"rounds": [per_round[r] for r in sorted(per_round)], "difference": True,
+                    **spread(list(per_round.values())), "against": names}
+    return out

@@ -1,0 +1,152 @@
+"""Rendering a ``bench serve`` report: Markdown tables, one line per scenario, figures.
+
+The report itself is the JSON of :func:`sparseloom.evaluation.bench_serve.bench_serve`; this
+module only renders it (MLPerf LoadGen's habit: the measurement and its presentation apart).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _cell(row: dict[str, Any], digits: int) -> str:
+    if not row.get("n"):
+        return "no VALID run"
+    return f"{_num(row['median'], digits)} [{_num(row['min'], digits)}–{_num(row['max'], digits)}]"
+
+
+def _ratio_line(name: str, ratios: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, label in (("vs_best_stock", "best stock runtime"),
+                       ("vs_best_baseline", "best baseline"),
+                       ("vs_picks_on_stock", "its picks on stock ONNX Runtime")):
+        ratio = ratios.get(key) or {}
+        if not ratio.get("n"):
+            continue
+        rounds = ", ".join(_num(x, 2) for x in ratio["rounds"])
+        if ratio.get("difference"):
+            lines.append(f"- {name}: best {label} − sparseloom, per round: {rounds}; median "
+                         f"{_num(ratio['median'], 2)} (> 0: sparseloom lower)")
+        else:
+            lines.append(f"- {name}: sparseloom ÷ {label}, per round: {rounds}; median "
+                         f"**{_num(ratio['median'], 2)}×** [{_num(ratio['min'], 2)}–"
+                         f"{_num(ratio['max'], 2)}]")
+    return lines
+
+
+def _contender_table(rows: list[dict[str, Any]], header: str, digits: int) -> list[str]:
+    lines = [f"| contender | {header} median [min–max] | VALID rounds | per round |",
+             "|---|---|---|---|"]
+    for row in rows:
+        rounds = ", ".join(_num(x, digits) for x in row["rounds"])
+        invalid = f" ({row['invalid_runs']} INVALID)" if row["invalid_runs"] else ""
+        lines.append(f"| {row['contender']} | {_cell(row, digits)} | {row['n']}{invalid} | "
+                     f"{rounds} |")
+    return lines
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The whole report as Markdown: machine, load, configurations, one table per scenario."""
+    machine, load = report["machine"], report["load"]
+    lines = [f"# bench serve: {report['workload']}", "",
+             f"Machine: {machine['cpu']}, cores {machine['cores']}; ONNX Runtime "
+             f"{machine['onnxruntime']}, OpenVINO {machine['openvino']}. 1-minute load average "
+             f"before the first run {_num(load['before_first'], 2)}, highest before any run "
+             f"{_num(load['max_before_run'], 2)}"
+             + ("" if load["quiet"] else f" — **above {load['threshold']}: not a headline "
+                                          f"(the machine was not quiet)**") + ".", "",
+             "sparseloom's processors: " + "; ".join(report["processors"]) + ".", ""]
+    for name, text in report["stock_configurations"].items():
+        lines.append(f"- `{name}`: {text}")
+    for scenario, result in report["scenarios"].items():
+        lines += ["", f"## {scenario} ({_num(result['seconds'] / 60, 1)} min)", ""]
+        digits = 2 if result["figure"] == "violation_rate" else 1
+        header = f"{result['figure']} ({result['unit']})"
+        if "k" in result:
+            for k, part in result["k"].items():
+                lines += ["", f"### k = {k}", ""]
+                lines += _contender_table(part["contenders"], header, digits)
+                lines += ["", *_ratio_line(f"k = {k}", part["ratios"])]
+            if scenario == "grid":
+                lines += ["", "### all k", ""]
+                lines += _contender_table(result["contenders"], header, digits)
+        else:
+            lines += _contender_table(result["contenders"], header, digits)
+        lines += ["", *_ratio_line(scenario, result["ratios"])]
+    return "\n".join(lines) + "\n"
+
+
+def headline_lines(report: dict[str, Any]) -> list[str]:
+    """One line per scenario: sparseloom against the best stock runtime on this run."""
+    out = []
+    for scenario, result in report["scenarios"].items():
+        ratio = result["ratios"].get("vs_best_stock") or {}
+        if not ratio.get("n"):
+            out.append(f"{scenario}: no VALID sparseloom/stock pair of runs")
+        elif ratio.get("difference"):
+            out.append(f"{scenario}: violation rate of the best stock runtime − sparseloom's, "
+                       f"median {_num(ratio['median'], 2)} over {ratio['n']} round(s)")
+        else:
+            out.append(f"{scenario}: sparseloom ÷ best stock runtime = "
+                       f"{_num(ratio['median'], 2)}× (median of {ratio['n']} round(s), "
+                       f"{_num(ratio['min'], 2)}–{_num(ratio['max'], 2)})")
+    if not report["load"]["quiet"]:
+        out.append(f"load average reached {_num(report['load']['max_before_run'], 2)} before a "
+                   f"run: not a quiet machine, not a headline")
+    return out
+
+
+def write_figures(report: dict[str, Any], folder: Path) -> list[Path]:
+    """Bar charts with min–max whiskers per scenario (and k), and violation rate against k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for scenario, result in report["scenarios"].items():
+        parts = result["k"].items() if scenario == "capacity" else [("", result)]
+        for k, part in parts:
+            rows = [r for r in part["contenders"] if r["n"]]
+            if not rows:
+                continue
+            figure, axes = plt.subplots(figsize=(8, 3.5))
+            medians = [r["median"] for r in rows]
+            errors = [[r["median"] - r["min"] for r in rows],
+                      [r["max"] - r["median"] for r in rows]]
+            axes.bar([r["contender"] for r in rows], medians, yerr=errors, capsize=3)
+            axes.set_ylabel(f"{result['figure']} ({result['unit']})")
+            axes.set_title(f"{report['workload']}: {scenario}" + (f", k = {k}" if k else ""))
+            axes.tick_params(axis="x", rotation=45)
+            figure.tight_layout()
+            path = folder / f"serve_{scenario}{'_k' + k if k else ''}.png"
+            figure.savefig(path, dpi=110)
+            plt.close(figure)
+            written.append(path)
+    grid = report["scenarios"].get("grid")
+    if grid:
+        figure, axes = plt.subplots(figsize=(7, 4))
+        ks = list(grid["k"])
+        names = [r["contender"] for r in grid["contenders"]]
+        for name in names:
+            values = [next((r["median"] for r in grid["k"][k]["contenders"]
+                            if r["contender"] == name), math.nan) for k in ks]
+            axes.plot([float(k) for k in ks], values, marker="o", label=name)
+        axes.set_xlabel("k (latency SLO = k × isolated dense latency)")
+        axes.set_ylabel("violation rate")
+        axes.set_xscale("log")
+        axes.legend(fontsize=7, ncol=2)
+        figure.tight_layout()
+        path = folder / "serve_grid_violation_vs_k.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written

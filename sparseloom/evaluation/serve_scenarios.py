@@ -1,0 +1,201 @@
+"""The three scenarios of ``sparseloom bench serve``: closed, capacity and grid.
+
+Each takes the shared :class:`~sparseloom.evaluation.contenders.ServeContext`, the contenders
+and a :class:`~sparseloom.evaluation.bench_serve.Recorder`, runs its interleaved rounds, and
+returns its part of the report: per contender the median and spread of its headline figure
+over VALID runs, and the ratios computed per round (:func:`ratios_per_round`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sparseloom.core.types import SLO
+from sparseloom.evaluation.contenders import Contender, ServeContext, serve_contender
+from sparseloom.evaluation.serve_figures import (
+    BenchOptions,
+    Recorder,
+    dense_slos,
+    isolated_dense_ms,
+    ratios_per_round,
+    rotated,
+    spread,
+)
+from sparseloom.runtime.load import LoadSpec
+
+
+def _table(values: dict[str, dict[int, float]], contenders: Sequence[Contender],
+           runs: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+    rows = []
+    for contender in contenders:
+        mine = values.get(contender.name, {})
+        own = [r for r in runs if r["contender"] == contender.name]
+        figures: dict[str, list[float]] = {}
+        for run in own:
+            if run["valid"]:
+                for key, value in run["figures"].items():
+                    figures.setdefault(key, []).append(value)
+        rows.append({"contender": contender.name, "kind": contender.kind, "figure": figure,
+                     **spread(list(mine.values())),
+                     "rounds": [mine.get(r) for r in sorted({x["round"] for x in own})],
+                     "invalid_runs": sum(1 for r in own if not r["valid"]),
+                     "reasons": sorted({reason for r in own for reason in r["reasons"]}),
+                     "figures": {k: spread(v) for k, v in sorted(figures.items())}})
+    return rows
+
+
+def closed(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
+           recorder: Recorder) -> dict[str, Any]:
+    """Throughput at equal accuracy, closed loop, ``options.queries`` per task."""
+    slos = dense_slos(context)
+    values: dict[str, dict[int, float]] = {}
+    for round_index in range(options.rounds):
+        spec = LoadSpec("closed", queries=options.queries, seed=options.seed + round_index)
+        for contender in rotated(contenders, round_index):
+            run = recorder.run("closed", contender, round_index,
+                               lambda c=contender, s=spec: serve_contender(context, c, s, slos))
+            if run["valid"]:
+                values.setdefault(contender.name, {})[round_index] = \
+                    run["figures"]["throughput_rps"]
+    return {"figure": "throughput_rps", "unit": "requests/s",
+            "slos": {t: [s.accuracy, None] for t, s in slos.items()},
+            "contenders": _table(values, contenders, recorder.runs_of("closed"),
+                                 "throughput_rps"),
+            "ratios": ratios_per_round(values, contenders)}
+
+
+def _meets(run: dict[str, Any]) -> bool:
+    summary = run.get("summary")
+    return bool(run["valid"] and summary is not None and summary.violation_rate == 0)
+
+
+def capacity(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
+             recorder: Recorder, closed_result: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """The largest Poisson rate per task at which every task meets its SLOs, by bisection.
+
+    The bracket is [0, 1.5 × closed-loop throughput ÷ tasks] (a rate above the closed-loop
+    throughput cannot be sustained); ``capacity_steps`` halvings leave a tolerance of
+    1.5 / 2**steps of it. A contender's capacity is the largest rate probed that met every SLO
+    (0 when none did). Baselines run only at ``baseline_ks``.
+    """
+    tasks = len(context.workload.task_names)
+    iso = isolated_dense_ms(context)
+    brackets: dict[str, float] = {}
+    if closed_result is not None:
+        for row in closed_result["contenders"]:
+            if row["n"]:
+                brackets[row["contender"]] = 1.5 * row["median"] / tasks
+    by_k: dict[str, Any] = {}
+    for k in options.ks:
+        slos = dense_slos(context, {t: k * iso[t] for t in iso})
+        playing = [c for c in contenders if not c.is_baseline or k in options.baseline_ks]
+        values: dict[str, dict[int, float]] = {}
+        for round_index in range(options.capacity_rounds):
+            for contender in playing:
+                if contender.name not in brackets:
+                    run = recorder.run("capacity-bracket", contender, round_index,
+                                       lambda c=contender, v=slos: serve_contender(
+                                           context, c, LoadSpec("closed", queries=options.queries,
+                                                                seed=options.seed), v))
+                    rate = run["figures"].get("throughput_rps", math.nan)
+                    brackets[contender.name] = 1.5 * rate / tasks if rate == rate else 100.0
+            bounds = {c.name: [0.0, brackets[c.name]] for c in playing}
+            for step in range(options.capacity_steps):
+                for contender in rotated(playing, round_index + step):
+                    low, high = bounds[contender.name]
+                    rate = (low + high) / 2
+                    spec = LoadSpec("poisson", queries=options.capacity_requests, rate=rate,
+                                    seed=options.seed + round_index)
+                    run = recorder.run(
+                        "capacity", contender, round_index,
+                        lambda c=contender, s=spec, v=slos: serve_contender(context, c, s, v),
+                        k=k, rate=rate, step=step)
+                    run["met"] = _meets(run)
+                    bounds[contender.name] = [rate, high] if run["met"] else [low, rate]
+            for contender in playing:
+                values.setdefault(contender.name, {})[round_index] = bounds[contender.name][0]
+        runs = [r for r in recorder.runs_of("capacity") if r.get("k") == k]
+        by_k[f"{k:g}"] = {
+            "slo_latency_ms": {t: k * iso[t] for t in iso},
+            "contenders": _table(values, playing, runs, "rate_rps_per_task"),
+            "ratios": ratios_per_round(values, playing)}
+    headline = by_k.get("5") or next(iter(by_k.values()))
+    return {"figure": "rate_rps_per_task", "unit": "requests/s per task",
+            "isolated_dense_ms": iso, "k": by_k,
+            "contenders": headline["contenders"], "ratios": headline["ratios"]}
+
+
+def accuracy_axis(context: ServeContext, points: int = 5) -> dict[str, list[float]]:
+    """The paper's accuracy axis per task (:func:`~sparseloom.plan.slo_grid.slo_ranges`)."""
+    from sparseloom.plan.slo_grid import slo_ranges
+
+    out = {}
+    for name in context.workload.task_names:
+        (low, high), _ = slo_ranges(context.profile.task(name))
+        out[name] = [float(a) for a in np.linspace(low, high, points)]
+    return out
+
+
+def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
+         recorder: Recorder, ks: Sequence[float] = (), points: int = 5) -> dict[str, Any]:
+    """Violation rate per contender at latency SLO = k × isolated dense latency, over the
+    paper's accuracy axis (``points`` levels, every task at the same level), closed loop.
+
+    A stock runtime serving dense models has no policy and no feedback, so its run does not
+    depend on the SLOs: one run per round is judged at every cell. Everything else runs once
+    per cell and round.
+    """
+    iso = isolated_dense_ms(context)
+    axis = accuracy_axis(context, points)
+    ks = tuple(ks) or options.ks
+    cells = [(k, level) for k in ks for level in range(points)]
+    violations: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for round_index in range(options.rounds):
+        spec = LoadSpec("closed", queries=options.queries, seed=options.seed + round_index)
+        for contender in rotated(contenders, round_index):
+            shared: dict[str, Any] | None = None
+            for k, level in cells:
+                slos = {t: SLO(axis[t][level], k * iso[t]) for t in iso}
+                if contender.is_stock and shared is not None:
+                    rate = _judge(shared, slos)
+                else:
+                    run = recorder.run(
+                        "grid", contender, round_index,
+                        lambda c=contender, v=slos, s=spec: serve_contender(context, c, s, v),
+                        k=k, level=level)
+                    shared = run if run["valid"] else None
+                    rate = _judge(run, slos) if run["valid"] else math.nan
+                if rate == rate:
+                    violations.setdefault(contender.name, {}).setdefault(
+                        f"{k:g}", {}).setdefault(round_index, []).append(rate)
+    by_k: dict[str, Any] = {}
+    for k in ks:
+        values = {name: {r: float(np.mean(v)) for r, v in per_k.get(f"{k:g}", {}).items()}
+                  for name, per_k in violations.items()}
+        by_k[f"{k:g}"] = {"contenders": _table(values, contenders, [], "violation_rate"),
+                          "ratios": ratios_per_round(values, contenders,
+                                                     higher_is_better=False)}
+    overall = {name: {r: float(np.mean([np.mean(per_k[key][r]) for key in per_k
+                                        if r in per_k[key]]))
+                      for r in range(options.rounds) if any(r in v for v in per_k.values())}
+               for name, per_k in violations.items()}
+    return {"figure": "violation_rate", "unit": "fraction of tasks", "accuracy_axis": axis,
+            "isolated_dense_ms": iso, "k": by_k,
+            "contenders": _table(overall, contenders, recorder.runs_of("grid"),
+                                 "violation_rate"),
+            "ratios": ratios_per_round(overall, contenders, higher_is_better=False)}
+
+
+def _judge(run: dict[str, Any], slos: dict[str, SLO]) -> float:
+    """The run's violation rate under ``slos`` (the run summary's rule: measured metric below
+    the accuracy SLO, or p90 above the latency SLO)."""
+    summary = run["summary"]
+    missed = [t for t in summary.tasks
+              if not (t.accuracy_measured >= slos[t.task].accuracy
+                      and t.latency.p90_ms <= slos[t.task].latency_ms)]
+    return len(missed) / len(summary.tasks) if summary.tasks else math.nan

@@ -1,0 +1,155 @@
+"""The stock runtimes: what a user runs without sparseloom, served through the same runtime.
+
+Each task's model runs whole in its own session (ONNX Runtime ``InferenceSession`` or OpenVINO
+compiled model), called by a thread of its own — one "processor" per task — and the load, the
+eval rows, the scoring and the run summary are the runtime's (:mod:`sparseloom.runtime.load`,
+:mod:`sparseloom.runtime.summary`): a stock contender differs from a sparseloom plan only in
+what runs where, never in how it is measured.
+
+=======================  ======================================================================
+contender                configuration
+=======================  ======================================================================
+``stock-ort``            ONNX Runtime out of the box: default session options (intra-op threads
+                         = the machine's cores, spinning on), caller thread unpinned
+``stock-ov``             OpenVINO out of the box: ``PERFORMANCE_HINT=THROUGHPUT``, OpenVINO's
+                         default threads, streams, pinning and precision, caller unpinned
+``stock-ort-matched``    ONNX Runtime matched to sparseloom's processors: 1 intra-op thread per
+                         session (a sparseloom processor's), callers confined to the cores of
+                         sparseloom's processors, f32
+``stock-ov-matched``     OpenVINO matched likewise: ``INFERENCE_NUM_THREADS=1``, one stream,
+                         ``INFERENCE_PRECISION_HINT=f32``, callers confined to those cores
+``picks-ort``            ``stock-ort`` serving the stitched variant a sparseloom policy chose for
+                         each task, merged into one model (:mod:`sparseloom.zoo.whole`)
+=======================  ======================================================================
+
+Requests of one task run one after another (one session per task, one caller thread); tasks
+run concurrently and the operating system time-slices them, as it does for a user's threads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from sparseloom.core.errors import EvaluationError
+from sparseloom.core.processors import allowed_cores
+from sparseloom.core.types import SLO, Processor, StitchedVariant
+from sparseloom.runtime import switching
+from sparseloom.runtime.executor import Runtime, RuntimeOptions
+from sparseloom.runtime.load import LoadSpec, offer
+from sparseloom.runtime.models import RuntimeTask, resident_bytes, rss_bytes
+from sparseloom.runtime.summary import RunSummary, summarize
+
+
+@attrs.frozen
+class StockRuntime:
+    """One way to run the tasks' models on a stock runtime (see the module doc).
+
+    Attributes:
+        name: the contender's name.
+        backend: ``ort`` or ``ov``.
+        matched: matched to sparseloom's processors (1 thread, their cores, f32) rather than
+            out of the box.
+        picks: serve a sparseloom policy's picks (merged stitched variants), not the dense
+            models.
+    """
+
+    name: str
+    backend: str
+    matched: bool = False
+    picks: bool = False
+
+    def processor(self, task: str, cores: Sequence[int]) -> Processor:
+        """The processor (session configuration) that serves ``task``."""
+        device = "CPU"
+        name = f"{self.backend}:{device}@{task}"
+        if self.matched:
+            options = {} if self.backend == "ort" else {"PERFORMANCE_HINT": "LATENCY"}
+            return Processor(name, self.backend, device, threads=1, cores=tuple(cores),
+                             options=options)
+        options = {"stock": "true"}
+        if self.backend == "ov":
+            options["PERFORMANCE_HINT"] = "THROUGHPUT"
+        return Processor(name, self.backend, device, threads=len(allowed_cores()),
+                         options=options)
+
+    def describe(self, cores: Sequence[int]) -> str:
+        """The configuration in words, for the report."""
+        runtime = "ONNX Runtime" if self.backend == "ort" else "OpenVINO"
+        what = "sparseloom's picks merged" if self.picks else "dense models"
+        if self.matched:
+            extra = ("1 intra-op thread" if self.backend == "ort"
+                     else "INFERENCE_NUM_THREADS=1, LATENCY hint, f32")
+            return (f"{runtime}, {what}, one session per task, {extra}, callers on cores "
+                    f"{','.join(map(str, cores))}")
+        extra = ("default session options" if self.backend == "ort"
+                 else "THROUGHPUT hint, OpenVINO's default threads/streams/precision")
+        return f"{runtime}, {what}, one session per task, {extra}, unpinned"
+
+
+#: The stock contenders, by name.
+STOCK_RUNTIMES: dict[str, StockRuntime] = {s.name: s for s in (
+    StockRuntime("stock-ort", "ort"),
+    StockRuntime("stock-ov", "ov"),
+    StockRuntime("stock-ort-matched", "ort", matched=True),
+    StockRuntime("stock-ov-matched", "ov", matched=True),
+    StockRuntime("picks-ort", "ort", picks=True),
+)}
+
+
+@attrs.frozen
+class _WholePlan:
+    """Each task's whole model on its own processor: what :mod:`switching` turns into routes."""
+
+    variants: Mapping[str, StitchedVariant]
+    placement: Mapping[str, str]
+
+    def processors_of(self, task: str) -> tuple[str, ...]:
+        return (self.placement[task],)
+
+
+def serve_stock(workload: Any, zoos: Mapping[str, Any], stock: StockRuntime, spec: LoadSpec,
+                slos: Mapping[str, SLO], *, cores: Sequence[int] = (),
+                picks: Mapping[str, Sequence[int]] | None = None) -> RunSummary:
+    """Serve every task of ``workload`` on ``stock`` under ``spec`` and summarise the run.
+
+    :param zoos: each task's subgraph zoo (the picks are its stitched variants).
+    :param slos: the SLOs the run is judged by.
+    :param cores: the cores of sparseloom's processors (the matched runtimes' callers).
+    :param picks: with ``stock.picks``, each task's stitched variant.
+    :raises EvaluationError: picks missing for a picks contender.
+    """
+    from sparseloom.zoo.whole import whole_model_zoo
+
+    if stock.picks and not picks:
+        raise EvaluationError(f"{stock.name} serves a sparseloom policy's picks; none given")
+    names = list(workload.task_names)
+    cores = tuple(cores) or allowed_cores()
+    tasks, processors, variants, placement = [], [], {}, {}
+    for name in names:
+        task = workload.task(name)
+        chosen = [tuple(picks[name])] if stock.picks and picks else []
+        zoo = whole_model_zoo(zoos[name], task.model_path, chosen)
+        tasks.append(RuntimeTask(task, zoo, slos[name]))
+        processor = stock.processor(name, cores)
+        processors.append(processor)
+        variants[name] = StitchedVariant(name, (1 if chosen else 0,))
+        placement[name] = processor.name
+    runtime = Runtime(tasks, processors, options=RuntimeOptions())
+    rss_before = rss_bytes()
+    started = time.perf_counter()
+    try:
+        switching.start(runtime, _WholePlan(variants, placement))
+        load = offer(runtime, spec)
+        settings = {"workload": workload.name, "policy": stock.name,
+                    "processors": [p.name for p in processors], "queries": spec.queries,
+                    "rate": spec.rate, "configuration": stock.describe(cores),
+                    "setup_s": load.started_s - started}
+        memory = {"loaded_bytes": float(resident_bytes(runtime.workers)),
+                  "rss_growth_bytes": float(max(rss_bytes() - rss_before, 0))}
+        return summarize(runtime, load, spec, settings=settings, memory=memory)
+    finally:
+        runtime.stop()
