@@ -101,3 +101,28 @@ class EvaluationError(SparseloomError):
 
 class SimulationError(EvaluationError):
     """The simulator was given a plan, arrival order or device description it cannot replay."""
+
+
+class Overloaded(RuntimeServeError):
+    """A request was refused because its task's queue is full (``Server(max_queued=...)``):
+    the offered load exceeds what the processors serve; retry later or shed load."""
+
+
+class RequestFailed(RuntimeServeError):
+    """A request could not be served: its stage failed again after a retry, no processor
+    that holds the subgraph is up, or it was still in flight when the server stopped.
+
+    Attributes:
+        task: the task of the request.
+        position: the subgraph (position) it failed at.
+        processor: the processor that ran (or last held) that subgraph.
+        reason: what went wrong.
+    """
+
+    def __init__(self, message: str, *, task: str, position: int, processor: str,
+                 reason: str) -> None:
+        super().__init__(message)
+        self.task = task
+        self.position = position
+        self.processor = processor
+        self.reason = reason

@@ -5,7 +5,15 @@ A request of task ``t`` walks its route: stage ``j`` runs on the worker of
 its boundary tensors go to the next stage's worker queue, so requests of different tasks and
 positions overlap on different processors. Every request ends exactly once, completed or failed
 with its reason (:meth:`Runtime._finish` is the only place that ends one), so at the end
-``submitted == completed + failed``.
+``submitted == completed + failed``; a request that carries a
+:class:`~concurrent.futures.Future` has it resolved there, with the last stage's outputs or a
+:class:`~sparseloom.core.errors.RequestFailed`.
+
+Memory stays bounded however long it serves: each task keeps counters and rings of recent
+outcomes (:mod:`sparseloom.runtime.stats`), :attr:`Runtime.finished` is the last
+``keep_requests`` ended requests, and ``record_sink`` streams every ended request elsewhere
+(``sparseloom run --out``). With ``max_queued`` a task admits at most that many requests that
+have not ended; past it :meth:`Runtime.submit` raises :class:`~sparseloom.core.errors.Overloaded`.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import attrs
 
-from sparseloom.core.errors import RuntimeServeError
+from sparseloom.core.errors import Overloaded, RequestFailed, RuntimeServeError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
 from sparseloom.runtime.control import ControlThread
@@ -29,6 +38,7 @@ from sparseloom.runtime.models import ModelLoader, RuntimeTask, check_request_in
 from sparseloom.runtime.monitor import WINDOW, LatencyMonitor
 from sparseloom.runtime.records import SwitchEvent
 from sparseloom.runtime.request import RELEASED, Request, Route
+from sparseloom.runtime.stats import TaskCounters
 from sparseloom.runtime.worker import ProcessorWorker, StageHandler
 
 #: Consecutive failed stages after which a processor is marked down.
@@ -50,6 +60,10 @@ class RuntimeOptions:
         fault_rate: fraction of model calls failed on purpose (tests and demos; 0 = none).
         fault_seed: seeds the injected faults.
         fault_processors: only these processors get injected faults (all when empty).
+        max_queued: requests of one task admitted and not yet ended (queued, running or held
+            for a switch) past which :meth:`Runtime.submit` raises ``Overloaded``; ``None``:
+            no bound (the :class:`~sparseloom.Server` and ``sparseloom run`` set one).
+        keep_requests: ended requests kept in :attr:`Runtime.finished` (the newest).
     """
 
     window: int = attrs.field(default=WINDOW, validator=attrs.validators.ge(1))
@@ -57,11 +71,18 @@ class RuntimeOptions:
     fault_rate: float = attrs.field(default=0.0, converter=float)
     fault_seed: int = 0
     fault_processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    max_queued: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
+    keep_requests: int = attrs.field(default=4096, validator=attrs.validators.ge(0))
 
 
 @attrs.define(eq=False)
 class TaskState:
-    """The runtime's state of one task: its route, a pending switch, held requests."""
+    """The runtime's state of one task: its route, a pending switch, held requests, counters.
+
+    ``closed``: why it admits no request (removed, or the server is closing; empty while it
+    admits); its in-flight ones still end.
+    """
 
     task: RuntimeTask
     monitor: LatencyMonitor
@@ -69,6 +90,12 @@ class TaskState:
     pending: Route | None = None
     in_flight: int = 0
     held: collections.deque[Request] = attrs.field(factory=collections.deque)
+    counters: TaskCounters = attrs.field(default=None)
+    closed: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if self.counters is None:
+            self.counters = TaskCounters(self.task.name)
 
 
 class Runtime(StageHandler):
@@ -76,7 +103,8 @@ class Runtime(StageHandler):
 
     Build it, :meth:`start` it with a plan (:mod:`sparseloom.runtime.switching` turns plans
     into routes and loads), :meth:`submit` requests, :meth:`drain`, then :meth:`stop`.
-    ``on_finish`` (set by a load generator) is called on the worker thread that ended a request.
+    ``on_finish`` (set by a load generator) and ``record_sink`` (a record stream) are called
+    on the worker thread that ended a request.
     """
 
     def __init__(self, tasks: Sequence[RuntimeTask], processors: Sequence[Processor], *,
@@ -103,7 +131,10 @@ class Runtime(StageHandler):
         self.feedbacks: list[Any] = []
         self.switches: list[SwitchEvent] = []
         self.notes: list[str] = []
-        self.finished: list[Request] = []
+        self._finished: collections.deque[Request] = collections.deque(
+            maxlen=self.options.keep_requests)
+        self.last_finished_s = 0.0
+        self.record_sink: Callable[[Request], None] | None = None
         self.plan: Any = None
         self.plan_version = 0
         self.submitted = self.completed = self.failed = 0
@@ -111,6 +142,8 @@ class Runtime(StageHandler):
         self.started_s = self.loader.started_s
         self._ids = itertools.count()
         self._lock = threading.Lock()
+        #: The lock that guards admission, ending and the task counters.
+        self.lock = self._lock
         self._idle = threading.Condition(self._lock)
         self._in_flight: dict[int, Request] = {}
         self._draining = False
@@ -146,6 +179,13 @@ class Runtime(StageHandler):
             self._switch_interval = None
 
     @property
+    def finished(self) -> list[Request]:
+        """The newest ended requests (``options.keep_requests`` of them), in the order they
+        ended; a copy."""
+        with self._lock:
+            return list(self._finished)
+
+    @property
     def in_flight(self) -> int:
         """Requests submitted and not yet ended."""
         return self.submitted - self.completed - self.failed
@@ -165,14 +205,40 @@ class Runtime(StageHandler):
             self._fail(request, f"still in flight after the {timeout_s:g} s drain at stop")
         return len(leftovers)
 
+    def close_task(self, task: str, reason: str) -> None:
+        """Admit no more requests of ``task`` (``submit`` raises, giving ``reason``); those in
+        flight or held for a switch still end. Its route is cleared once nothing of it waits
+        for a switch, so a re-plan leaves it out."""
+        with self._lock:
+            state = self.states[task]
+            state.closed = reason
+            if state.pending is None:
+                state.route = None
+
+    def open_task(self, task: str) -> None:
+        """Admit requests of ``task`` again (they wait until a plan routes it)."""
+        with self._lock:
+            self.states[task].closed = ""
+
+    def fail_held(self, task: str, reason: str) -> None:
+        """Fail the requests of ``task`` waiting for a route that will not come."""
+        with self._lock:
+            held = list(self.states[task].held)
+        for request in held:
+            self._fail(request, reason)
+
     # -- requests ---------------------------------------------------------------------------
 
-    def submit(self, task: str, sample: int = -1, inputs: Mapping[str, Any] | None = None
-               ) -> Request:
+    def submit(self, task: str, sample: int = -1, inputs: Mapping[str, Any] | None = None,
+               future: Future[Any] | None = None) -> Request:
         """Submit one request of ``task``: eval-set row ``sample`` or your own ``inputs``.
 
         Inputs from outside are checked against the task's first subgraph; eval rows once
-        per task. :raises RuntimeServeError: an unknown task, or neither inputs nor a sample.
+        per task. ``future`` gets the last stage's outputs, or the failure.
+
+        :raises RuntimeServeError: an unknown or closed task, or neither inputs nor a sample.
+        :raises Overloaded: ``options.max_queued`` requests of the task have not ended yet.
+        :raises BackendError: inputs that do not match the task's model.
         """
         served = self.tasks.get(task)
         if served is None:
@@ -189,11 +255,20 @@ class Runtime(StageHandler):
         else:
             raise RuntimeServeError("submit needs an eval-set sample index or inputs")
         request = Request(next(self._ids), task, sample, arrays, time.perf_counter(),
-                          None, 0, arrays, [])
+                          None, 0, arrays, [], future=future)
+        bound = self.options.max_queued
         with self._lock:
-            self.submitted += 1
-            self._in_flight[request.request_id] = request
             state = self.states[task]
+            if state.closed:
+                raise RuntimeServeError(f"task {task!r} is not served now: {state.closed}")
+            if bound is not None and state.in_flight + len(state.held) >= bound:
+                state.counters.rejected_one(request.submitted_s)
+                raise Overloaded(f"task {task!r} has {bound} requests queued (the bound); "
+                                 f"this one was refused: the load exceeds what the processors "
+                                 f"serve. Retry later, send fewer, or raise max_queued")
+            self.submitted += 1
+            state.counters.submitted += 1
+            self._in_flight[request.request_id] = request
             if state.route is None or state.pending is not None:
                 state.held.append(request)
                 return request
@@ -260,8 +335,9 @@ class Runtime(StageHandler):
         if worker.consecutive_failures >= self.options.down_after and not worker.down:
             self._mark_down(worker)
         reason = f"{type(error).__name__}: {error}"
+        request.error = error
         if request.retries >= 1:
-            self._fail(request, f"failed again after a retry: {reason}")
+            self._fail(request, f"failed again after a retry: {reason}", worker.name)
             return
         position = request.stage
         key = request.route.keys[position]
@@ -273,7 +349,8 @@ class Runtime(StageHandler):
         elif others:
             self.control.submit(lambda: self._load_and_retry(request, key, others[0], reason))
         else:
-            self._fail(request, f"{reason}; no other processor is up to retry it on")
+            self._fail(request, f"{reason}; no other processor is up to retry it on",
+                       worker.name)
 
     def _load_and_retry(self, request: Request, key: tuple[str, int, int],
                         worker: ProcessorWorker, reason: str) -> None:
@@ -281,7 +358,7 @@ class Runtime(StageHandler):
             self.loader.load(key, worker, "retry")
         except Exception as error:  # the request ends with both reasons
             self._fail(request, f"{reason}; loading it on {worker.name} for a retry failed: "
-                                f"{error}")
+                                f"{error}", worker.name)
             return
         self._enqueue(worker, request)
 
@@ -300,7 +377,7 @@ class Runtime(StageHandler):
         request.finished_s = time.perf_counter()
         if self._finish(request, "completed"):
             monitor = self.states[request.task].monitor
-            latency_ms = (request.finished_s - request.submitted_s) * 1e3
+            latency_ms = request.latency_ms
             if latency_ms > monitor.slo_latency_ms:
                 get_registry().notify_slo_violation(request.task, latency_ms,
                                                     monitor.slo_latency_ms)
@@ -309,13 +386,19 @@ class Runtime(StageHandler):
 
                 self.control.submit(lambda: give_feedback(self))
 
-    def _fail(self, request: Request, reason: str) -> None:
+    def _fail(self, request: Request, reason: str, processor: str | None = None) -> None:
         request.finished_s = time.perf_counter()
         request.reason = reason
+        route = request.route
+        if processor is None:
+            processor = (route.processors[request.stage]
+                         if route is not None and request.stage < route.positions else "-")
+        request.failed_on = processor
         self._finish(request, "failed")
 
     def _finish(self, request: Request, status: str) -> bool:
-        """End ``request`` once (a second end is ignored); release held requests."""
+        """End ``request`` once (a second end is ignored): count it, release held requests,
+        resolve its future, tell ``on_finish`` and ``record_sink``."""
         released: list[Request] | tuple[()] = ()
         with self._lock:
             if request.status != "pending":
@@ -329,22 +412,35 @@ class Runtime(StageHandler):
                 state.in_flight -= 1
             if status == "completed":
                 self.completed += 1
+                state.counters.completed_one(request, request.latency_ms)
             else:
                 self.failed += 1
+                state.counters.failed_one(request.finished_s)
             if state.pending is not None and state.in_flight == 0:
                 state.route, state.pending = state.pending, None
                 state.monitor.reset()
                 released = self._release_held(state)
-            self.finished.append(request)
+                if state.closed:
+                    state.route = None
+            self._finished.append(request)
+            self.last_finished_s = request.finished_s
             if self._draining and not self.in_flight:
                 self._idle.notify_all()
+        outputs = request.carried
         request.carried = RELEASED
         request.inputs = RELEASED
         for held in released:
             self._enqueue(self._worker_for(held, None), held)
+        future = request.future
+        if future is not None:
+            request.future = None
+            _resolve(future, request, outputs)
         on_finish = self.on_finish
         if on_finish is not None:
             on_finish(request)
+        sink = self.record_sink
+        if sink is not None:
+            sink(request)
         return True
 
     def _release_held(self, state: TaskState) -> list[Request]:
@@ -377,3 +473,24 @@ class Runtime(StageHandler):
                 state.pending = route
         for request in released:
             self._enqueue(self._worker_for(request, None), request)
+
+
+def _resolve(future: Future[Any], request: Request, outputs: Mapping[str, Any]) -> None:
+    """Give ``future`` the outputs, or a :class:`RequestFailed` naming where it failed."""
+    try:
+        if request.status == "completed":
+            future.set_result(outputs)
+            return
+        route = request.route
+        position = request.stage
+        variant = (f" (variant {route.variant.choices[position]})"
+                   if route is not None and position < route.positions else "")
+        error = RequestFailed(
+            f"request {request.request_id} of task {request.task!r} failed at subgraph "
+            f"{position}{variant} on {request.failed_on}: {request.reason}",
+            task=request.task, position=position, processor=request.failed_on,
+            reason=request.reason)
+        error.__cause__ = request.error
+        future.set_exception(error)
+    except InvalidStateError:
+        pass  # the client cancelled it: the request ran, its result is dropped

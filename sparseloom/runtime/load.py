@@ -12,6 +12,7 @@ rows, drawn per task from a seeded permutation, so every response can be scored.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 import threading
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from sparseloom.core.errors import ConfigError
+from sparseloom.core.errors import ConfigError, Overloaded
 from sparseloom.runtime import switching
 
 if TYPE_CHECKING:
@@ -131,7 +132,9 @@ class _Driver:
             count = self.issued[task]
             self.issued[task] = count + 1
         rows = self.samples[task]
-        self.runtime.submit(task, rows[count % len(rows)])
+        # A refused request is counted by the runtime; the summary reports it.
+        with contextlib.suppress(Overloaded):
+            self.runtime.submit(task, rows[count % len(rows)])
 
     def on_finish(self, request: Request) -> None:
         """Count the ended request; in closed loop issue the task's next one from here.
@@ -209,7 +212,7 @@ def offer(runtime: Runtime, spec: LoadSpec, *, progress: bool = False,
     drained = runtime.drain(drain_timeout_s)
     runtime.control.wait_idle(drain_timeout_s)
     runtime.on_finish = None
-    ended = max((r.finished_s for r in runtime.finished), default=time.perf_counter())
+    ended = runtime.last_finished_s or time.perf_counter()
     return LoadResult(driver.started_s, ended, interrupted, drained)
 
 

@@ -2,15 +2,19 @@
 
 Records are values (``@attrs.frozen``); rendering lives in :mod:`sparseloom.runtime.summary`.
 :func:`write_records` writes the per-request records as CSV (or Parquet when ``pyarrow`` is
-installed and the path ends in ``.parquet``) for plots.
+installed and the path ends in ``.parquet``) for plots; a :class:`RecordStream` writes every
+ended request's record to CSV while a run goes on (``sparseloom run --out``), so records of a
+long run are never all held in memory.
 """
 
 from __future__ import annotations
 
+import collections
 import csv
 import math
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +180,59 @@ def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
     table = pyarrow.Table.from_pylist(rows) if rows else pyarrow.table(
         {name: [] for name in _FIELDS})
     pyarrow.parquet.write_table(table, target)
+
+
+class RecordStream:
+    """Appends the record of every ended request to a CSV file, in the order they ended.
+
+    :meth:`accept` (the runtime's ``record_sink``, called on a worker thread) only appends the
+    request to a queue; a background thread turns them into records and writes them every
+    ``interval_s`` seconds, so the hot path does no formatting or I/O.
+
+    :raises SparseloomError: the file cannot be created.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], to_record: Callable[[Any], RequestRecord],
+                 interval_s: float = 0.25) -> None:
+        self.path = Path(path)
+        self.written = 0
+        self._to_record = to_record
+        self._interval_s = interval_s
+        self._pending: collections.deque[Any] = collections.deque()
+        self._stop = threading.Event()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = self.path.open("w", newline="")
+        except OSError as error:
+            raise SparseloomError(f"cannot write request records to {self.path}: "
+                                  f"{error.strerror}; choose another --out folder") from error
+        self._writer = csv.writer(self._handle)
+        self._writer.writerow(_FIELDS)
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="sparseloom-records")
+        self._thread.start()
+
+    def accept(self, request: Any) -> None:
+        """Queue one ended request (thread-safe, O(1))."""
+        self._pending.append(request)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, rows = self._pending, []
+        while pending:
+            rows.append(attrs.astuple(self._to_record(pending.popleft()), recurse=False))
+        if rows:
+            self._writer.writerows(rows)
+            self._handle.flush()
+            self.written += len(rows)
+
+    def close(self) -> Path:
+        """Write what is queued and close the file; returns its path."""
+        self._stop.set()
+        self._thread.join()
+        self._flush()
+        self._handle.close()
+        return self.path

@@ -84,6 +84,7 @@ def render(summary: RunSummary) -> str:
         f"requests           : submitted {summary.submitted} = completed {summary.completed} + "
         f"failed {summary.failed}"
         + ("" if summary.submitted == summary.completed + summary.failed else "  BROKEN")
+        + (f"; {summary.rejected} refused (queue full)" if summary.rejected else "")
         + (f"; {summary.injected_faults} faults injected" if summary.injected_faults else "")
         + (f"; down: {', '.join(summary.processors_down)}" if summary.processors_down else ""),
     ]

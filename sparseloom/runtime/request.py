@@ -95,6 +95,9 @@ class Request:
         finished_s: ``time.perf_counter()`` when it completed or failed.
         status: ``pending``, ``completed`` or ``failed``.
         reason: why it failed.
+        failed_on: the processor it failed on (or held its stage when it was failed).
+        error: the backend's exception behind a failure, when there was one.
+        future: resolved when it ends (:class:`sparseloom.Server` requests), then dropped.
     """
 
     request_id: int
@@ -111,6 +114,9 @@ class Request:
     finished_s: float = 0.0
     status: str = "pending"
     reason: str = ""
+    failed_on: str = ""
+    error: BaseException | None = None
+    future: Any = None
 
     @property
     def output(self) -> Any:

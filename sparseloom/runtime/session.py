@@ -1,6 +1,8 @@
-"""``serve``: a whole run from a profile — plan, preload, workers, load, summary.
+"""``serve``: a whole run from a profile — a :class:`~sparseloom.Server`, a load, a summary.
 
-This is what ``sparseloom run`` calls::
+The server plans, preloads and starts the workers; the load generator
+(:mod:`sparseloom.runtime.load`) offers eval-set rows to its runtime; the summary is read from
+the runtime's bounded counters. This is what ``sparseloom run`` and ``evaluate`` call::
 
     from sparseloom.runtime.session import RunConfig, serve
     result = serve(workload, profile, RunConfig(policy="sparseloom"))
@@ -9,8 +11,10 @@ This is what ``sparseloom run`` calls::
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -18,12 +22,11 @@ import attrs
 from sparseloom.core.errors import RuntimeServeError
 from sparseloom.core.processors import get_processor
 from sparseloom.core.types import SLO, Processor
-from sparseloom.runtime import switching
-from sparseloom.runtime.executor import Runtime, RuntimeOptions
+from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.load import LoadSpec, offer
-from sparseloom.runtime.models import RuntimeTask, resident_bytes, rss_bytes
-from sparseloom.runtime.records import RequestRecord
-from sparseloom.runtime.summary import RunSummary, records, summarize
+from sparseloom.runtime.models import resident_bytes, rss_bytes
+from sparseloom.runtime.records import RecordStream, RequestRecord
+from sparseloom.runtime.summary import RunSummary, records, request_record, summarize
 
 
 @attrs.frozen
@@ -36,8 +39,12 @@ class RunConfig:
         memory_budget: fraction of full preloading in (0, 1], or bytes.
         processors: processor names or specs to serve on (default: the profile's).
         load: the offered load.
-        options: runtime settings (monitor window, faults, ...).
+        options: runtime settings (monitor window, faults, ...); without ``max_queued`` a
+            task's queue is bounded at :data:`~sparseloom.runtime.server.DEFAULT_MAX_QUEUED`.
         progress: show a progress bar on stderr for long runs.
+        records_path: stream every ended request's record to this CSV file as the run goes.
+        live: ``live(server)`` gives a context manager held while the load is offered (the
+            CLI's live view); ``None``: none.
     """
 
     policy: str = "sparseloom"
@@ -47,11 +54,16 @@ class RunConfig:
     load: LoadSpec = attrs.field(factory=LoadSpec)
     options: RuntimeOptions = attrs.field(factory=RuntimeOptions)
     progress: bool = False
+    records_path: Path | None = None
+    live: Callable[[Any], contextlib.AbstractContextManager[Any]] | None = attrs.field(
+        default=None, eq=False)
 
 
 @attrs.frozen(eq=False)
 class RunResult:
-    """A finished run: its summary, per-request records, the first plan and its preload."""
+    """A finished run: its summary, the records of its newest requests
+    (``options.keep_requests``; all of them with ``records_path``, in that file), the first
+    plan and its preload."""
 
     summary: RunSummary
     records: tuple[RequestRecord, ...]
@@ -85,14 +97,13 @@ def profile_processors(profile: Any, names: Sequence[str] = ()) -> list[Processo
 
 
 def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunResult:
-    """Plan ``workload`` from ``profile``, preload, offer the load and summarise the run.
+    """Serve ``workload`` from ``profile`` through a :class:`~sparseloom.Server`, offer the
+    load and summarise the run.
 
     :raises RuntimeServeError: a task, processor or arrival order the run cannot serve.
     :raises PlanError, UnknownNameError: from planning (bad SLO, unknown policy, budget).
     """
-    from sparseloom.plan.api import make_plan
-    from sparseloom.zoo.load import load_zoo
-    from sparseloom.zoo.options import zoo_directory
+    from sparseloom.runtime.server import DEFAULT_MAX_QUEUED, Server
 
     config = config or RunConfig()
     spec = config.load
@@ -106,32 +117,31 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
         raise RuntimeServeError(f"the arrival order names unknown task(s) "
                                 f"{', '.join(map(repr, unknown))}; tasks: "
                                 f"{', '.join(profile.tasks)}")
-    processors = profile_processors(profile, config.processors)
-    names = [p.name for p in processors]
-    planned = make_plan(profile, policy=config.policy, slos=config.slos, processors=names,
-                        memory_budget=config.memory_budget,
-                        workload_slos={task.name: task.slo for task in workload.tasks})
-    policy, plan, preload = planned.policy, planned.plan, planned.preload
-    slos, sources = planned.slos, planned.slo_sources
-    zoos = profile.meta.get("zoo_hashes", {})
-    tasks = [RuntimeTask(workload.task(name), load_zoo(zoo_directory(zoos[name]), verify=False),
-                         slos[name]) for name in profile.tasks]
-    runtime: Runtime | None = None
-
-    def planner(active: tuple[str, ...], down: tuple[str, ...]) -> Any:
-        assert runtime is not None
-        up = [n for n in names if n not in down]
-        return policy.plan(list(active), profile, up, {t: runtime.slos[t] for t in active})
-
-    runtime = Runtime(tasks, processors, profile=profile, policy=policy, planner=planner,
-                      options=config.options)
+    options = config.options
+    server = Server(workload, profile, policy=config.policy, slos=config.slos,
+                    processors=config.processors, memory_budget=config.memory_budget,
+                    tasks=order[:1] or None, options=options,
+                    max_queued=options.max_queued or DEFAULT_MAX_QUEUED,
+                    progress=config.progress)
     rss_before = rss_bytes()
     started = time.perf_counter()
-    try:
-        first = switching.start(runtime, plan, active=order[:1] or None, preload=preload,
-                                progress=config.progress)
+    stream: RecordStream | None = None
+    with server:
+        runtime = server.runtime
         preload_rss = rss_bytes() - rss_before
-        load = offer(runtime, spec, progress=config.progress)
+        if config.records_path is not None:
+            stream = RecordStream(config.records_path,
+                                  lambda request: request_record(runtime, request))
+            runtime.record_sink = stream.accept
+        try:
+            live = config.live(server) if config.live is not None else contextlib.nullcontext()
+            with live:
+                load = offer(runtime, spec, progress=config.progress and config.live is None)
+        finally:
+            if stream is not None:
+                runtime.record_sink = None
+                stream.close()
+        preload, names = server.preload, list(runtime.workers)
         memory = {
             "budget_bytes": float(preload.budget_bytes), "full_bytes": float(preload.full_bytes),
             "planned_resident_bytes": float(preload.resident_bytes),
@@ -141,16 +151,16 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
             "device_bytes": float(sum(m.memory_bytes for w in runtime.workers.values()
                                       for m in w.models.values()
                                       if w.processor.device.split(".")[0] != "CPU")),
-            "preloaded": float(len(first)),
+            "preloaded": float(len(server.preload_events)),
         }
         settings = {
-            "workload": workload.name, "policy": config.policy,
+            "workload": server.workload.name, "policy": config.policy,
             "processors": names, "queries": spec.queries, "rate": spec.rate,
             "duration_s": spec.duration_s, "arrival_order": list(order),
             "join_after": spec.join_every if order else None,
-            "memory_budget": config.memory_budget, "window": config.options.window,
-            "fault_rate": config.options.fault_rate,
-            "slo_sources": dict(sources), "setup_s": load.started_s - started,
+            "memory_budget": config.memory_budget, "window": options.window,
+            "fault_rate": options.fault_rate, "max_queued": runtime.options.max_queued,
+            "slo_sources": dict(server.slo_sources), "setup_s": load.started_s - started,
         }
         jobs = runtime.control.job_ms
         if jobs:
@@ -159,6 +169,4 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
                 f"{max(jobs):.0f} ms (loads for a switch hold the GIL while a backend builds "
                 f"its session: every worker waits meanwhile, docs/runtime.md)")
         summary = summarize(runtime, load, spec, settings=settings, memory=memory)
-        return RunResult(summary, tuple(records(runtime)), plan, preload)
-    finally:
-        runtime.stop()
+        return RunResult(summary, tuple(records(runtime)), server.plan, preload)

@@ -6,6 +6,12 @@ violation rate is the fraction of tasks that violate (the paper's definition). T
 VALID when every request ended exactly once (submitted = completed + failed), every task
 completed at least :data:`MIN_REQUESTS` requests (a p99 needs 100 samples) and it was not
 interrupted.
+
+The summary reads the runtime's bounded counters (:mod:`sparseloom.runtime.stats`): counts over
+the whole run, latency percentiles over each task's last :data:`~sparseloom.runtime.stats.RING`
+requests and the measured accuracy over its last
+:data:`~sparseloom.runtime.stats.SCORE_WINDOW` eval-set requests (every request of a shorter
+run), so a run of any length summarises in bounded memory.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class TaskResult:
     completed: int
     failed: int
     violated: str
+    rejected: int = 0
 
     @property
     def met(self) -> bool:
@@ -82,17 +89,18 @@ class RunSummary:
     valid: bool
     reasons: tuple[str, ...]
     notes: tuple[str, ...]
+    rejected: int = 0
 
 
 def records(runtime: Runtime) -> list[RequestRecord]:
-    """Per-request records of every ended request, in submission order."""
-    out = []
-    for request in sorted(runtime.finished, key=lambda r: r.request_id):
-        out.append(_record(runtime, request))
-    return out
+    """Per-request records of the ended requests the runtime keeps (its newest
+    ``keep_requests``; every one of a shorter run), in submission order."""
+    return [request_record(runtime, request)
+            for request in sorted(runtime.finished, key=lambda r: r.request_id)]
 
 
-def _record(runtime: Runtime, request: Request) -> RequestRecord:
+def request_record(runtime: Runtime, request: Request) -> RequestRecord:
+    """The record of one ended request."""
     route = request.route
     correct = None
     task = runtime.tasks[request.task].task
@@ -109,17 +117,18 @@ def _record(runtime: Runtime, request: Request) -> RequestRecord:
 
 
 def measured_accuracy(runtime: Runtime, task: str) -> float:
-    """The task metric over every completed request's output against its label."""
+    """The task metric over the outputs of its last served eval-set requests (up to
+    :data:`~sparseloom.runtime.stats.SCORE_WINDOW`) against their labels."""
     from sparseloom.workload.metrics import get_metric
 
     served = runtime.tasks[task].task
-    done = sorted((r for r in runtime.finished if r.task == task and r.status == "completed"
-                   and r.output_batch is not None and r.sample >= 0),
-                  key=lambda r: r.request_id)
+    with runtime.lock:
+        done = [(sample, batch) for sample, batch in runtime.states[task].counters.scored
+                if batch is not None]
     if not done:
         return math.nan
-    outputs = np.stack([r.output for r in done])
-    labels = served.labels[[r.sample for r in done]]
+    outputs = np.stack([np.asarray(batch)[0] for _, batch in done])
+    labels = served.labels[[sample for sample, _ in done]]
     return float(get_metric(served.metric)(outputs, labels))
 
 
@@ -154,17 +163,20 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
 
 def _task_result(runtime: Runtime, name: str, wall_s: float) -> TaskResult:
     state = runtime.states[name]
-    mine = [r for r in runtime.finished if r.task == name]
-    done = [r for r in mine if r.status == "completed"]
-    served: dict[str, int] = {}
-    for request in done:
-        key = request.route.describe()
-        served[key] = served.get(key, 0) + 1
+    counters = state.counters
+    with runtime.lock:
+        by_route = counters.served()
+        latencies = counters.latencies()
+        submitted, completed = counters.submitted, counters.completed
+    served: dict[str, int] = collections.Counter()
+    counts: dict[tuple[int, ...], int] = collections.Counter()
+    for route, count in by_route.items():
+        served[route.describe()] += count
+        counts[route.variant.choices] += count
     route = state.route
     variant = route.describe() if route else "-"
-    counts = collections.Counter(r.route.variant.choices for r in done)
-    choices = counts.most_common(1)[0][0] if counts else ()
-    stats = latency_stats([r.latency_ms for r in done])
+    choices = max(counts, key=counts.__getitem__) if counts else ()
+    stats = latency_stats(latencies)
     slo = runtime.slos[name]
     accuracy = measured_accuracy(runtime, name)
     sides = []
@@ -175,8 +187,8 @@ def _task_result(runtime: Runtime, name: str, wall_s: float) -> TaskResult:
     return TaskResult(
         name, slo.accuracy, slo.latency_ms, variant, served, runtime.tasks[name].task.metric,
         accuracy, _profile_accuracy(runtime, name, choices) if choices else math.nan, stats,
-        len(done) / wall_s if wall_s > 0 else math.nan,
-        len(mine), len(done), len(mine) - len(done), "+".join(sides))
+        completed / wall_s if wall_s > 0 else math.nan,
+        submitted, completed, submitted - completed, "+".join(sides), counters.rejected)
 
 
 def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
@@ -184,7 +196,7 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
     """Build the run's summary from a drained runtime."""
     wall_s = max(load.wall_s, 1e-9)
     tasks = tuple(_task_result(runtime, name, wall_s) for name, state in runtime.states.items()
-                  if state.route is not None or any(r.task == name for r in runtime.finished))
+                  if state.route is not None or state.counters.written)
     bound, busiest = _pipeline_bound(runtime)
     throughput = runtime.completed / wall_s
     ids = [r.request_id for r in runtime.finished]
@@ -192,6 +204,10 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
     if runtime.submitted != runtime.completed + runtime.failed or len(set(ids)) != len(ids):
         reasons.append(f"requests lost or duplicated: submitted {runtime.submitted}, completed "
                        f"{runtime.completed}, failed {runtime.failed}, ended {len(ids)}")
+    rejected = sum(t.rejected for t in tasks)
+    if rejected:
+        reasons.append(f"{rejected} request(s) refused: a task's queue was full (the load "
+                       f"exceeds what the processors serve; lower --rate)")
     short = [t.task for t in tasks if t.completed < MIN_REQUESTS]
     if short:
         reasons.append(f"too few requests for a p99: {', '.join(short)} completed fewer than "
@@ -216,4 +232,4 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
         injected_faults=runtime.faults.injected if runtime.faults is not None else 0,
         processors_down=tuple(n for n, w in runtime.workers.items() if w.down),
         valid=not reasons, reasons=tuple(reasons),
-        notes=tuple(runtime.notes) + tuple(runtime.control.errors))
+        notes=tuple(runtime.notes) + tuple(runtime.control.errors), rejected=rejected)
