@@ -5,15 +5,9 @@ A request of task ``t`` walks its route: stage ``j`` runs on the worker of
 its boundary tensors go to the next stage's worker queue, so requests of different tasks and
 positions overlap on different processors. Every request ends exactly once, completed or failed
 with its reason (:meth:`Runtime._finish` is the only place that ends one), so at the end
-``submitted == completed + failed``; a request that carries a
-:class:`~concurrent.futures.Future` has it resolved there, with the last stage's outputs or a
-:class:`~sparseloom.core.errors.RequestFailed`.
-
-Memory stays bounded however long it serves: each task keeps counters and rings of recent
-outcomes (:mod:`sparseloom.runtime.stats`), :attr:`Runtime.finished` is the last
-``keep_requests`` ended requests, and ``record_sink`` streams every ended request elsewhere
-(``sparseloom run --out``). With ``max_queued`` a task admits at most that many requests that
-have not ended; past it :meth:`Runtime.submit` raises :class:`~sparseloom.core.errors.Overloaded`.
+``submitted == completed + failed``; a request's future is resolved there. Memory is bounded:
+counters and rings per task (:mod:`sparseloom.runtime.stats`), the newest ``keep_requests``
+ended requests, ``record_sink`` streams the rest; a task refuses more than ``max_queued``.
 """
 
 from __future__ import annotations
@@ -24,12 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any
 
 import attrs
 
-from sparseloom.core.errors import Overloaded, RequestFailed, RuntimeServeError
+from sparseloom.core.errors import RuntimeServeError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
 from sparseloom.runtime.control import ControlThread
@@ -38,7 +32,7 @@ from sparseloom.runtime.models import ModelLoader, RuntimeTask, check_request_in
 from sparseloom.runtime.monitor import WINDOW, LatencyMonitor
 from sparseloom.runtime.records import SwitchEvent
 from sparseloom.runtime.request import RELEASED, Request, Route
-from sparseloom.runtime.stats import TaskCounters
+from sparseloom.runtime.taskstate import TaskState, resolve_future
 from sparseloom.runtime.worker import ProcessorWorker, StageHandler
 
 #: Consecutive failed stages after which a processor is marked down.
@@ -60,9 +54,8 @@ class RuntimeOptions:
         fault_rate: fraction of model calls failed on purpose (tests and demos; 0 = none).
         fault_seed: seeds the injected faults.
         fault_processors: only these processors get injected faults (all when empty).
-        max_queued: requests of one task admitted and not yet ended (queued, running or held
-            for a switch) past which :meth:`Runtime.submit` raises ``Overloaded``; ``None``:
-            no bound (the :class:`~sparseloom.Server` and ``sparseloom run`` set one).
+        max_queued: a task's unended requests past which ``submit`` raises ``Overloaded``
+            (``None``: no bound; the :class:`~sparseloom.Server` sets one).
         keep_requests: ended requests kept in :attr:`Runtime.finished` (the newest).
     """
 
@@ -76,35 +69,13 @@ class RuntimeOptions:
     keep_requests: int = attrs.field(default=4096, validator=attrs.validators.ge(0))
 
 
-@attrs.define(eq=False)
-class TaskState:
-    """The runtime's state of one task: its route, a pending switch, held requests, counters.
-
-    ``closed``: why it admits no request (removed, or the server is closing; empty while it
-    admits); its in-flight ones still end.
-    """
-
-    task: RuntimeTask
-    monitor: LatencyMonitor
-    route: Route | None = None
-    pending: Route | None = None
-    in_flight: int = 0
-    held: collections.deque[Request] = attrs.field(factory=collections.deque)
-    counters: TaskCounters = attrs.field(default=None)
-    closed: str = ""
-
-    def __attrs_post_init__(self) -> None:
-        if self.counters is None:
-            self.counters = TaskCounters(self.task.name)
-
-
 class Runtime(StageHandler):
     """Serves requests of several tasks on one worker per processor.
 
     Build it, :meth:`start` it with a plan (:mod:`sparseloom.runtime.switching` turns plans
     into routes and loads), :meth:`submit` requests, :meth:`drain`, then :meth:`stop`.
-    ``on_finish`` (set by a load generator) and ``record_sink`` (a record stream) are called
-    on the worker thread that ended a request.
+    ``on_finish`` (a load generator) and ``record_sink`` (a record stream) are called on the
+    worker thread that ended a request.
     """
 
     def __init__(self, tasks: Sequence[RuntimeTask], processors: Sequence[Processor], *,
@@ -128,8 +99,10 @@ class Runtime(StageHandler):
         self.loader = ModelLoader(self.tasks)
         self.control = ControlThread()
         self.slos = {name: task.slo for name, task in self.tasks.items()}
-        self.feedbacks: list[Any] = []
-        self.switches: list[SwitchEvent] = []
+        # The newest feedbacks and switch events (bounded), and every task's switch count.
+        self.feedbacks: collections.deque[Any] = collections.deque(maxlen=256)
+        self.switches: collections.deque[SwitchEvent] = collections.deque(maxlen=1024)
+        self.switch_counts: collections.Counter[str] = collections.Counter()
         self.notes: list[str] = []
         self._finished: collections.deque[Request] = collections.deque(
             maxlen=self.options.keep_requests)
@@ -141,9 +114,7 @@ class Runtime(StageHandler):
         self.on_finish: Callable[[Request], None] | None = None
         self.started_s = self.loader.started_s
         self._ids = itertools.count()
-        self._lock = threading.Lock()
-        #: The lock that guards admission, ending and the task counters.
-        self.lock = self._lock
+        self.lock = self._lock = threading.Lock()  # admission, ending, the task counters
         self._idle = threading.Condition(self._lock)
         self._in_flight: dict[int, Request] = {}
         self._draining = False
@@ -180,8 +151,7 @@ class Runtime(StageHandler):
 
     @property
     def finished(self) -> list[Request]:
-        """The newest ended requests (``options.keep_requests`` of them), in the order they
-        ended; a copy."""
+        """The newest ``options.keep_requests`` ended requests, in the order they ended."""
         with self._lock:
             return list(self._finished)
 
@@ -205,27 +175,15 @@ class Runtime(StageHandler):
             self._fail(request, f"still in flight after the {timeout_s:g} s drain at stop")
         return len(leftovers)
 
-    def close_task(self, task: str, reason: str) -> None:
-        """Admit no more requests of ``task`` (``submit`` raises, giving ``reason``); those in
-        flight or held for a switch still end. Its route is cleared once nothing of it waits
-        for a switch, so a re-plan leaves it out."""
+    def close_task(self, task: str, reason: str, fail_held: str = "") -> None:
+        """Admit no more requests of ``task`` (``submit`` raises, giving ``reason``), or again
+        when ``reason`` is empty (:meth:`TaskState.close`); ``fail_held``: fail the requests
+        waiting for a route with this reason (no route will come)."""
         with self._lock:
-            state = self.states[task]
-            state.closed = reason
-            if state.pending is None:
-                state.route = None
-
-    def open_task(self, task: str) -> None:
-        """Admit requests of ``task`` again (they wait until a plan routes it)."""
-        with self._lock:
-            self.states[task].closed = ""
-
-    def fail_held(self, task: str, reason: str) -> None:
-        """Fail the requests of ``task`` waiting for a route that will not come."""
-        with self._lock:
-            held = list(self.states[task].held)
+            self.states[task].close(reason)
+            held = list(self.states[task].held) if fail_held else []
         for request in held:
-            self._fail(request, reason)
+            self._fail(request, fail_held)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -256,25 +214,12 @@ class Runtime(StageHandler):
             raise RuntimeServeError("submit needs an eval-set sample index or inputs")
         request = Request(next(self._ids), task, sample, arrays, time.perf_counter(),
                           None, 0, arrays, [], future=future)
-        bound = self.options.max_queued
         with self._lock:
-            state = self.states[task]
-            if state.closed:
-                raise RuntimeServeError(f"task {task!r} is not served now: {state.closed}")
-            if bound is not None and state.in_flight + len(state.held) >= bound:
-                state.counters.rejected_one(request.submitted_s)
-                raise Overloaded(f"task {task!r} has {bound} requests queued (the bound); "
-                                 f"this one was refused: the load exceeds what the processors "
-                                 f"serve. Retry later, send fewer, or raise max_queued")
+            routed = self.states[task].admit(request, self.options.max_queued)
             self.submitted += 1
-            state.counters.submitted += 1
             self._in_flight[request.request_id] = request
-            if state.route is None or state.pending is not None:
-                state.held.append(request)
-                return request
-            request.route = state.route
-            state.in_flight += 1
-        self._enqueue(self._worker_for(request, None), request)
+        if routed:
+            self._enqueue(self._worker_for(request, None), request)
         return request
 
     def _worker_for(self, request: Request, previous: ProcessorWorker | None
@@ -390,38 +335,23 @@ class Runtime(StageHandler):
         request.finished_s = time.perf_counter()
         request.reason = reason
         route = request.route
-        if processor is None:
-            processor = (route.processors[request.stage]
-                         if route is not None and request.stage < route.positions else "-")
-        request.failed_on = processor
+        request.failed_on = processor or (route.processors[request.stage] if route is not None
+                                          and request.stage < route.positions else "-")
         self._finish(request, "failed")
 
     def _finish(self, request: Request, status: str) -> bool:
         """End ``request`` once (a second end is ignored): count it, release held requests,
         resolve its future, tell ``on_finish`` and ``record_sink``."""
-        released: list[Request] | tuple[()] = ()
         with self._lock:
             if request.status != "pending":
                 return False
             request.status = status
             del self._in_flight[request.request_id]
-            state = self.states[request.task]
-            if request.route is None:
-                state.held.remove(request)
-            else:
-                state.in_flight -= 1
             if status == "completed":
                 self.completed += 1
-                state.counters.completed_one(request, request.latency_ms)
             else:
                 self.failed += 1
-                state.counters.failed_one(request.finished_s)
-            if state.pending is not None and state.in_flight == 0:
-                state.route, state.pending = state.pending, None
-                state.monitor.reset()
-                released = self._release_held(state)
-                if state.closed:
-                    state.route = None
+            released = self.states[request.task].end(request)
             self._finished.append(request)
             self.last_finished_s = request.finished_s
             if self._draining and not self.in_flight:
@@ -434,7 +364,7 @@ class Runtime(StageHandler):
         future = request.future
         if future is not None:
             request.future = None
-            _resolve(future, request, outputs)
+            resolve_future(future, request, outputs)
         on_finish = self.on_finish
         if on_finish is not None:
             on_finish(request)
@@ -442,14 +372,6 @@ class Runtime(StageHandler):
         if sink is not None:
             sink(request)
         return True
-
-    def _release_held(self, state: TaskState) -> list[Request]:
-        released = list(state.held)
-        state.held.clear()
-        for request in released:
-            request.route = state.route
-            state.in_flight += 1
-        return released
 
     def set_route(self, task: str, route: Route, reason: str, loads: int = 0,
                   load_ms: float = 0.0) -> None:
@@ -462,35 +384,16 @@ class Runtime(StageHandler):
             if before is not None and before.same_path(route) and state.pending is None:
                 return
             if before is not None:
+                self.switch_counts[task] += 1
                 self.switches.append(SwitchEvent(
                     task, before.describe(), route.describe(), reason, loads, load_ms,
                     time.perf_counter() - self.started_s))
             if state.in_flight == 0:
                 state.route, state.pending = route, None
                 state.monitor.reset()
-                released = self._release_held(state)
+                released = state.release_held()
             else:
                 state.pending = route
         for request in released:
             self._enqueue(self._worker_for(request, None), request)
 
-
-def _resolve(future: Future[Any], request: Request, outputs: Mapping[str, Any]) -> None:
-    """Give ``future`` the outputs, or a :class:`RequestFailed` naming where it failed."""
-    try:
-        if request.status == "completed":
-            future.set_result(outputs)
-            return
-        route = request.route
-        position = request.stage
-        variant = (f" (variant {route.variant.choices[position]})"
-                   if route is not None and position < route.positions else "")
-        error = RequestFailed(
-            f"request {request.request_id} of task {request.task!r} failed at subgraph "
-            f"{position}{variant} on {request.failed_on}: {request.reason}",
-            task=request.task, position=position, processor=request.failed_on,
-            reason=request.reason)
-        error.__cause__ = request.error
-        future.set_exception(error)
-    except InvalidStateError:
-        pass  # the client cancelled it: the request ran, its result is dropped

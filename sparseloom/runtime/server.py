@@ -155,9 +155,10 @@ class Server:
         self._closed = True
         self._serving = frozenset()
         for name in runtime.tasks:
-            runtime.close_task(name, "the server is closing")
-            if runtime.states[name].route is None and runtime.states[name].pending is None:
-                runtime.fail_held(name, "the server closed before the task was routed")
+            state = runtime.states[name]
+            unrouted = state.route is None and state.pending is None
+            runtime.close_task(name, "the server is closing", fail_held=(
+                "the server closed before the task was routed" if unrouted else ""))
         try:
             failed = runtime.drain(timeout_s)
             runtime.control.wait_idle(timeout_s)
@@ -322,14 +323,14 @@ class Server:
             try:
                 switching.join(runtime, name)
             except BaseException as error:
-                runtime.close_task(name, f"joining failed: {error}")
-                runtime.fail_held(name, f"the task could not join: {error}")
+                runtime.close_task(name, f"joining failed: {error}",
+                                   fail_held=f"the task could not join: {error}")
                 with self._lock:
                     self._serving = self._serving - {name}
                 raise
 
         with self._lock:
-            runtime.open_task(name)
+            runtime.close_task(name, "")
             self._serving = self._serving | {name}
         if wait:
             self._on_control(join, timeout_s)

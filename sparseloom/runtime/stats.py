@@ -210,7 +210,7 @@ def task_view(runtime: Runtime, name: str, serving: bool, now: float) -> TaskVie
     return TaskView(name, serving, route.describe() if route is not None else "-", slo,
                     *counts, queued, rate, _nearest_rank(done, 50), _nearest_rank(done, 90),
                     _nearest_rank(done, 99), attainment,
-                    sum(1 for s in runtime.switches if s.task == name))
+                    runtime.switch_counts[name])
 
 
 def server_stats(runtime: Runtime, serving: set[str] | frozenset[str],
