@@ -53,7 +53,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     :param progress: called with one line after every run.
     :raises ConfigError: an unknown or repeated contender, or bad options.
     """
-    from sparseloom.evaluation import serve_scenarios
+    from sparseloom.runtime.models import keep_loaded
     from sparseloom.runtime.session import profile_processors
 
     options = options or BenchOptions()
@@ -69,6 +69,21 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                                                        f"{p.threads} thread(s))")
                                              for p in profile_processors(profile)],
                               "scenarios": {}}
+    with keep_loaded():
+        _run_scenarios(report, context, chosen, options, recorder)
+    loads = [x for x in recorder.loads if x == x]
+    report["load"] = {"before_first": recorder.loads[0] if recorder.loads else math.nan,
+                      "max_before_run": max(loads, default=math.nan),
+                      "quiet": bool(loads) and max(loads) <= QUIET_LOAD,
+                      "threshold": QUIET_LOAD}
+    report["runs"] = [{k: v for k, v in r.items() if k != "summary"} for r in recorder.runs]
+    return report
+
+
+def _run_scenarios(report: dict[str, Any], context: ServeContext, chosen: Sequence[Any],
+                   options: BenchOptions, recorder: Recorder) -> None:
+    from sparseloom.evaluation import serve_scenarios
+
     closed_result = None
     for scenario in options.scenarios:
         started = time.perf_counter()
@@ -80,13 +95,6 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
             result = serve_scenarios.grid(context, chosen, options, recorder)
         result["seconds"] = time.perf_counter() - started
         report["scenarios"][scenario] = result
-    loads = [x for x in recorder.loads if x == x]
-    report["load"] = {"before_first": recorder.loads[0] if recorder.loads else math.nan,
-                      "max_before_run": max(loads, default=math.nan),
-                      "quiet": bool(loads) and max(loads) <= QUIET_LOAD,
-                      "threshold": QUIET_LOAD}
-    report["runs"] = [{k: v for k, v in r.items() if k != "summary"} for r in recorder.runs]
-    return report
 
 
 def _options(options: BenchOptions) -> dict[str, Any]:

@@ -1,8 +1,11 @@
 """Processor orders Ω and the lowest latency of a set of stitched variants under each order.
 
-An order assigns each of the S subgraph positions to a processor; Ω is every such assignment
-(P**S orders, repeats allowed: a chain may stay on one processor), the paper's global order
-shared by all tasks (SparseLoom §3.3).
+An order assigns each of the S subgraph positions to a processor. The paper's Ω (SparseLoom
+§3.3, :func:`paper_orders`) uses each processor once — the permutations when S = P (G–C–N,
+G–C) — so every task's chain spreads over the processors; when S ≠ P it is the orders that
+spread the positions as evenly as S allows (no processor holds more than ⌈S/P⌉ positions, and
+with S ≥ P every processor holds one). :func:`all_orders` is every assignment (P**S orders,
+repeats allowed: a chain may stay on one processor), which only the policies named for it use.
 
 :func:`best_per_order` answers Algorithm 1's inner question — for every order, which member of
 a candidate set is fastest — exactly and with numpy, without materialising the V**S × |Ω|
@@ -34,6 +37,22 @@ def all_orders(n_positions: int, processors: Sequence[int]) -> np.ndarray:
         raise ValueError("need at least one position and one processor to build orders")
     product = itertools.product([int(p) for p in processors], repeat=n_positions)
     return np.array(list(product), dtype=np.int64).reshape(-1, n_positions)
+
+
+def paper_orders(n_positions: int, processors: Sequence[int]) -> np.ndarray:
+    """The paper's Ω: assignments that spread the positions over the processors, (|Ω|, S).
+
+    Each processor holds at most ⌈S/P⌉ positions, and when S ≥ P each holds at least one: the
+    permutations when S = P, injective orders when S < P. Rows are in lexicographic order.
+    """
+    every = all_orders(n_positions, processors)
+    count = len(processors)
+    most = -(-n_positions // count)
+    held = np.stack([(every == int(p)).sum(axis=1) for p in processors], axis=1)
+    keep = (held <= most).all(axis=1)
+    if n_positions >= count:
+        keep &= (held >= 1).all(axis=1)
+    return every[keep]
 
 
 def handoff_per_order(profile: TaskProfile, orders: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -89,6 +89,33 @@ def check_request_inputs(task: RuntimeTask, inputs: Mapping[str, Any]) -> dict[s
     return arrays
 
 
+#: Loaded models kept across runtimes inside :func:`keep_loaded`, by (subgraph file, processor).
+_KEPT: dict[tuple[str, Any], tuple[Any, Any]] | None = None
+
+
+@contextlib.contextmanager
+def keep_loaded() -> Iterator[None]:
+    """Within the block, a model loaded by any runtime stays loaded when that runtime stops,
+    and a later runtime loading the same file on the same processor reuses it.
+
+    ``sparseloom bench serve`` runs every contender many times: without this each run would
+    compile and load every subgraph again (seconds per run, and a GIL-holding session build
+    per model). Leaving the block unloads them. Not reentrant.
+    """
+    global _KEPT
+    if _KEPT is not None:
+        yield
+        return
+    _KEPT = {}
+    try:
+        yield
+    finally:
+        kept, _KEPT = _KEPT, None
+        for backend, loaded in kept.values():
+            with contextlib.suppress(Exception):  # the models are no longer served
+                backend.unload(loaded)
+
+
 @attrs.define(eq=False)
 class ModelLoader:
     """Compiles and loads subgraphs onto workers and keeps the record of every load.
@@ -114,15 +141,24 @@ class ModelLoader:
         task = self.tasks[task_name]
         path = task.zoo.subgraph_path(position, variant)
         processor = worker.processor
-        backend = get_backend(processor.backend)
         started = time.perf_counter()
-        compiled = backend.compile(str(path), processor)
-        compiled_at = time.perf_counter()
-        loaded = backend.load(compiled, processor)
+        kept = _KEPT.get((str(path), processor)) if _KEPT is not None else None
+        if kept is not None:
+            backend, loaded = kept
+            compiled_at = time.perf_counter()
+        else:
+            backend = get_backend(processor.backend)
+            compiled = backend.compile(str(path), processor)
+            compiled_at = time.perf_counter()
+            loaded = backend.load(compiled, processor)
+            if _KEPT is not None:
+                _KEPT[(str(path), processor)] = (backend, loaded)
         done = time.perf_counter()
         boundary = set(task.zoo.boundary(position).input_names)
         unknown = [name for name in loaded.input_names if name not in boundary]
         if unknown:
+            if _KEPT is not None:
+                _KEPT.pop((str(path), processor), None)
             backend.unload(loaded)
             raise BackendError(
                 f"subgraph {position} (variant {variant}) of task {task_name!r} reads "
@@ -142,8 +178,11 @@ class ModelLoader:
 
     def unload_all(self, workers: Mapping[str, ProcessorWorker]) -> None:
         """Unload every resident model (errors are ignored: the run is over)."""
+        kept = {id(loaded) for _, loaded in (_KEPT or {}).values()}
         for worker in workers.values():
             for model in list(worker.models.values()):
+                if id(model.loaded) in kept:
+                    continue  # keep_loaded() unloads it when its block ends
                 # Unloading at the end must not hide the summary.
                 with contextlib.suppress(Exception):
                     model.backend.unload(model.loaded)

@@ -2,8 +2,9 @@
 
 1. Θ^t: the stitched variants of task t whose accuracy meets the accuracy SLO and whose
    estimated latency under the order meets the latency SLO.
-2. For every order p ∈ Ω (every assignment of the S positions to processors), each task's
-   lowest-latency member of Θ^t; ``L(p)`` is their mean over the tasks.
+2. For every order p ∈ Ω (the paper's global orders, each processor used once:
+   :func:`~sparseloom.plan.orders.paper_orders`), each task's lowest-latency member of Θ^t;
+   ``L(p)`` is their mean over the tasks.
 3. ``p* = argmin L(p)``; each task runs its lowest-latency member of Θ^t under p*.
 
 Because the latency SLO depends on the order, a task may be feasible under some orders and not
@@ -13,6 +14,11 @@ under them, then by the mean latency of every task's fastest variant (which only
 no task is satisfiable). With every task satisfiable under a common order this is exactly the
 paper's ``argmin L(p)``. A task left infeasible gets the variant closest to its SLO
 (:mod:`sparseloom.plan.feasible`), marked infeasible with the reason.
+
+``sparseloom-repeat`` is the same optimizer over every assignment of positions to processors
+(:func:`~sparseloom.plan.orders.all_orders`, repeats allowed): it minimises isolated latency,
+so it may put every task's whole chain on the one fastest processor and leave the others idle.
+It is not the paper's, and says so in its name.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from sparseloom.plan.feasible import (
     infeasible_reason,
     order_text,
 )
-from sparseloom.plan.orders import all_orders, best_per_order
+from sparseloom.plan.orders import all_orders, best_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.profile.table import ProfileTable
 
@@ -77,7 +83,7 @@ def score_orders(table: ProfileTable, slos: Mapping[str, SLO],
                  orders: np.ndarray | None = None) -> OrderScores:
     """Evaluate every order of Ω for every task and pick p* (see the module doc)."""
     if orders is None:
-        orders = all_orders(common_positions(table), range(len(table.processors)))
+        orders = paper_orders(common_positions(table), range(len(table.processors)))
     names = list(table.tasks)
     best = np.full((len(names), len(orders)), np.inf)
     row = np.full((len(names), len(orders)), -1, dtype=np.int64)
@@ -126,8 +132,17 @@ class SparseLoomPolicy(ProfilePolicy):
     """SparseLoom's joint optimizer (Algorithm 1) over all V**S stitched variants × Ω."""
 
     name: str = attrs.field(default="sparseloom", init=False)
+    #: Ω: the paper's orders (each processor once); ``sparseloom-repeat`` allows repeats.
+    repeats: bool = attrs.field(default=False, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """p* = argmin mean latency over tasks; each task's fastest feasible variant under it."""
-        order, choices = algorithm1(table, slos)
+        positions = common_positions(table)
+        build = all_orders if self.repeats else paper_orders
+        order, choices = algorithm1(table, slos, build(positions, range(len(table.processors))))
         return build_plan(self.name, table, choices, order, slos, 0.0)
+
+
+def repeat_policy() -> SparseLoomPolicy:
+    """``sparseloom-repeat``: Algorithm 1 over every assignment, repeats allowed."""
+    return SparseLoomPolicy(repeats=True)

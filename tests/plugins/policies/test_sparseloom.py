@@ -13,11 +13,15 @@ from sparseloom.profile.table import ProfileTable
 from tests.plan.tables import random_table, task_profile
 
 
-def brute_force(table: ProfileTable, slos: dict[str, SLO]):
-    """Every order × every stitched variant through the table's own latency API."""
+def brute_force(table: ProfileTable, slos: dict[str, SLO], repeats: bool = False):
+    """Every order of the paper's Ω (S = P here: the permutations, each processor once; every
+    assignment with ``repeats``) × every stitched variant, through the table's latency API."""
     s = next(iter(table.tasks.values())).n_positions
+    processors = range(len(table.processors))
+    orders = (itertools.product(processors, repeat=s) if repeats
+              else itertools.permutations(processors, s))
     results = []
-    for order in itertools.product(range(len(table.processors)), repeat=s):
+    for order in orders:
         best = {}
         for name, profile in table.tasks.items():
             choices = profile.choices()
@@ -43,10 +47,9 @@ def test_algorithm1_matches_brute_force(seed: int, variants: int, positions: int
     rng = np.random.default_rng(seed + 100)
     slos = {name: SLO(rng.uniform(0.72, 0.85), rng.uniform(8.0, 25.0)) for name in table.tasks}
     (order, best), means = brute_force(table, slos)
-    scores = score_orders(table, slos)
-    assert np.allclose(np.where(np.isfinite(scores.mean_ms), scores.mean_ms, np.inf), means)
     plan = SparseLoomPolicy().plan(list(table.tasks), table, table.processors, slos)
     assert plan.order == tuple(table.processors[p] for p in order)
+    assert len(set(plan.order)) == positions  # the paper's Ω: each processor once
     for name, found in best.items():
         if found is None:
             assert not plan.feasible[name] and plan.infeasible_reason[name]
@@ -107,3 +110,34 @@ def test_feedback_replans_on_violation_and_down_processor() -> None:
     # 50× slower than estimated: the re-plan's estimate for that task reflects the scaling
     if slow is not None:
         assert slow.estimated_latency_ms[task] > replanned.estimated_latency_ms[task] * 10
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_repeat_policy_matches_brute_force_over_every_assignment(seed: int) -> None:
+    from sparseloom.plugins.policies.sparseloom import repeat_policy
+
+    table = random_table(3, 4, 2, 2, seed=seed)
+    rng = np.random.default_rng(seed + 100)
+    slos = {name: SLO(rng.uniform(0.72, 0.85), rng.uniform(8.0, 25.0)) for name in table.tasks}
+    (order, _best), means = brute_force(table, slos, repeats=True)
+    from sparseloom.plan.orders import all_orders
+
+    scores = score_orders(table, slos, all_orders(2, range(2)))  # lexicographic, as product()
+    assert np.allclose(np.where(np.isfinite(scores.mean_ms), scores.mean_ms, np.inf), means)
+    plan = repeat_policy().plan(list(table.tasks), table, table.processors, slos)
+    assert plan.order == tuple(table.processors[p] for p in order)
+
+
+def test_paper_orders_use_each_processor_once() -> None:
+    from sparseloom.plan.orders import paper_orders
+
+    assert paper_orders(2, [0, 1]).tolist() == [[0, 1], [1, 0]]
+    assert sorted(map(tuple, paper_orders(3, [0, 1, 2]).tolist())) == sorted(
+        itertools.permutations(range(3)))
+    assert paper_orders(2, [0, 1, 2]).tolist() == [[0, 1], [0, 2], [1, 0], [1, 2], [2, 0],
+                                                  [2, 1]]
+    # Fewer processors than positions: the two processors share the three positions, neither
+    # holds all of them or none.
+    assert sorted(map(tuple, paper_orders(3, [0, 1]).tolist())) == [
+        (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0)]
+    assert paper_orders(2, [0]).tolist() == [[0, 0]]
