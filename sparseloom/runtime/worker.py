@@ -5,12 +5,21 @@ built-in backends, which is the runtime's bare call; ``backend.infer`` for other
 place on a pinned caller). No per-call input check: inputs were checked once, when the model
 was loaded. When the next stage of a request is on the same processor it runs at once, without
 a queue hop; otherwise the request goes to the next processor's queue.
+
+A processor is a queue, and its discipline is a scheduling decision: each worker serves the
+waiting request with the **earliest deadline** first (its submission time + its task's latency
+SLO, as Band's deadline schedulers do), so a short task's stage no longer waits behind another
+task's long stage queued before it when its SLO is the tighter one. Requests of one task keep
+their order (same SLO: deadline order is submission order). Jobs queued with :meth:`call`
+(loads, switches) go before any request; stop goes after every request already queued.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -52,7 +61,13 @@ class ResidentModel:
 
 
 class StageHandler:
-    """What a worker reports to (the runtime implements it)."""
+    """What a worker reports to (the runtime implements it).
+
+    ``slos`` (task → SLO, read live) gives each request its deadline in the worker's queue;
+    a task without an SLO there is served after every task with one.
+    """
+
+    slos: Mapping[str, Any] = {}
 
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
@@ -93,7 +108,9 @@ class ProcessorWorker:
     consecutive_failures: int = 0
     down: bool = False
     pending_ms: float = 0.0
-    _queue: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue, init=False)
+    _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
+    _ready: threading.Condition = attrs.field(factory=threading.Condition, init=False)
+    _order: Any = attrs.field(factory=itertools.count, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
     _pending_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
@@ -109,12 +126,19 @@ class ProcessorWorker:
         self._thread.start()
 
     def put(self, request: Request) -> None:
-        """Queue ``request`` to run its current stage here."""
-        self._queue.put(request)
+        """Queue ``request`` to run its current stage here, by its deadline."""
+        slo = self.handler.slos.get(request.task)
+        deadline = request.submitted_s + slo.latency_ms * 1e-3 if slo is not None else math.inf
+        self._push(deadline, request)
 
     def call(self, fn: Callable[[], Any]) -> None:
-        """Queue ``fn`` to run on this worker's thread between requests."""
-        self._queue.put(fn)
+        """Queue ``fn`` to run on this worker's thread before the requests waiting."""
+        self._push(-math.inf, fn)
+
+    def _push(self, key: float, item: Any) -> None:
+        with self._ready:
+            heapq.heappush(self._heap, (key, next(self._order), item))
+            self._ready.notify()
 
     def add_pending(self, ms: float) -> None:
         """Account expected work queued (+) or finished (-) here."""
@@ -124,21 +148,24 @@ class ProcessorWorker:
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop after the requests already queued; wait for the thread."""
         if self._thread is not None:
-            self._queue.put(_STOP)
+            self._push(math.inf, _STOP)
             self._thread.join(timeout_s)
             self._thread = None
 
     def queued(self) -> int:
         """Items waiting in the queue (approximate)."""
-        return self._queue.qsize()
+        return len(self._heap)
 
     def _loop(self) -> None:
         cores = tuple(self.processor.cores)
         if cores and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cores)
-        get = self._queue.get
+        heap, ready, pop = self._heap, self._ready, heapq.heappop
         while True:
-            item = get()
+            with ready:
+                while not heap:
+                    ready.wait()
+                item = pop(heap)[2]
             if item is _STOP:
                 return
             if callable(item):
