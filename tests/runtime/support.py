@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,3 +55,31 @@ def check_invariant(result: RunResult) -> None:
     assert len(ids) == len(set(ids)) == summary.submitted
     assert sum(r.status == "completed" for r in result.records) == summary.completed
     assert all(r.reason for r in result.records if r.status == "failed")
+
+
+
+def plain_onnxruntime(setup: tuple[Any, Any], task_name: str, choices: Sequence[int]
+                      ) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The oracle of served requests: ``run(inputs)`` runs the stitched variant ``choices`` of
+    the task by plain ONNX Runtime sessions (default options), subgraph after subgraph, and
+    returns the last subgraph's outputs by name."""
+    import onnxruntime
+
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+
+    _, profile = setup
+    zoo = load_zoo(zoo_directory(profile.meta["zoo_hashes"][task_name]), verify=False)
+    sessions = [onnxruntime.InferenceSession(str(zoo.subgraph_path(position, int(variant))),
+                                             providers=["CPUExecutionProvider"])
+                for position, variant in enumerate(choices)]
+
+    def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        carried = dict(inputs)
+        for session in sessions:
+            feeds = {i.name: carried[i.name] for i in session.get_inputs()}
+            names = [o.name for o in session.get_outputs()]
+            carried = dict(zip(names, session.run(names, feeds), strict=True))
+        return carried
+
+    return run
