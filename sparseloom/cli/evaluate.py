@@ -65,6 +65,7 @@ def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
     from sparseloom.cli.output import ensure_output_dir
     from sparseloom.cli.run import load_profiled
     from sparseloom.evaluation.harness import QUICK, EvalConfig
+    from sparseloom.evaluation.harness import contenders as chosen_contenders
     from sparseloom.evaluation.report import evaluate_workload
 
     ensure_output_dir(out)
@@ -76,6 +77,7 @@ def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
         if value is not None:
             changes[name] = value
     config = attrs.evolve(base, **changes)
+    chosen_contenders(config)  # unknown, repeated or no contenders: refused before any work
     interactive = sys.stderr.isatty() and not as_json
     loaded, profile = load_profiled(workload, progress=interactive)
     tables = evaluate_workload(loaded, profile, out, config,

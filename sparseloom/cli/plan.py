@@ -8,41 +8,7 @@ import click
 
 from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table
-
-
-def parse_slo(spec: str) -> tuple[str, Any]:
-    """``TASK=ACCURACY,LATENCY_MS`` → (task, SLO); a :class:`PlanError` says what is wrong."""
-    from sparseloom.core.errors import PlanError
-    from sparseloom.core.types import SLO
-
-    task, equals, values = spec.partition("=")
-    parts = values.split(",")
-    if not equals or not task.strip() or len(parts) != 2:
-        raise PlanError(f"--slo {spec!r} is malformed; write TASK=ACCURACY,LATENCY_MS, e.g. "
-                        "--slo vision=0.85,40")
-    try:
-        accuracy, latency = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise PlanError(f"--slo {spec!r}: accuracy and latency must be numbers, e.g. "
-                        "vision=0.85,40") from None
-    if not 0.0 <= accuracy <= 1.0:
-        raise PlanError(f"--slo {spec!r}: accuracy {accuracy} is outside [0, 1]; give the "
-                        "metric as a fraction (0.85, not 85)")
-    if not latency > 0.0:
-        raise PlanError(f"--slo {spec!r}: latency must be > 0 ms, got {latency}")
-    return task.strip(), SLO(accuracy, latency)
-
-
-def parse_budget(text: str) -> float | int:
-    """``0.55`` (a fraction of full preloading, with a decimal point) or ``123456`` (bytes)."""
-    from sparseloom.core.errors import PlanError
-
-    try:
-        value: float | int = float(text) if any(c in text for c in ".eE") else int(text)
-    except ValueError:
-        raise PlanError(f"--memory-budget {text!r} is neither a fraction such as 0.55 nor a "
-                        "byte count such as 50000000") from None
-    return value
+from sparseloom.cli.parsing import parse_budget, parse_slos
 
 
 def _check_available(table: Any) -> None:
@@ -147,11 +113,13 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
     from sparseloom.core.errors import PlanError
     from sparseloom.core.registry import get_registry
     from sparseloom.plan.api import make_plan
+    from sparseloom.core.processors import check_distinct
     from sparseloom.profile.builder import build_profile, resolve_processors
     from sparseloom.workload.load import load_workload
 
     get_registry().get_policy(policy)  # an unknown name fails before any profiling
-    slos = dict(parse_slo(spec) for spec in slo_specs)
+    slos = parse_slos(slo_specs)
+    check_distinct(processors, "--processor")
     budget = parse_budget(memory_budget)
     loaded = load_workload(workload, progress=False)
     unknown = sorted(set(slos) - {t.name for t in loaded.tasks})

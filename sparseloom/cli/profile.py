@@ -102,8 +102,14 @@ def _check_stitched_fit(subgraphs: int | None, variants: str | None) -> None:
             if 32 * count <= memory // 2 else 0
         raise ConfigError(
             f"-S {subgraphs} with {count} variants makes {count}**{subgraphs} stitched "
-            f"variants, about {need / 2**30:,.0f} GiB of profile for {memory / 2**30:.0f} GiB "
+            f"variants, about {_gib(need)} GiB of profile for {memory / 2**30:.0f} GiB "
             f"of memory; use -S {fits} or fewer, or fewer variants")
+
+
+def _gib(size_bytes: int) -> str:
+    """``size_bytes`` in GiB, in words a terminal can print even past a float's range."""
+    gib = size_bytes >> 30
+    return f"{gib:,}" if gib < 10**15 else f"10^{len(str(gib)) - 1}"
 
 
 def _table_summary(table: Any) -> dict[str, Any]:

@@ -9,24 +9,7 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_json
-
-
-def _parse_slos(values: tuple[str, ...]) -> dict[str, Any]:
-    from sparseloom.core.errors import ConfigError
-    from sparseloom.core.types import SLO
-
-    slos: dict[str, Any] = {}
-    for value in values:
-        task, equals, rest = value.partition("=")
-        accuracy, comma, latency = rest.partition(",")
-        try:
-            if not (equals and comma and task.strip()):
-                raise ValueError
-            slos[task.strip()] = SLO(float(accuracy), float(latency))
-        except ValueError:
-            raise ConfigError(f"--slo {value!r} is not TASK=ACCURACY,LATENCY_MS with accuracy "
-                              f"in [0, 1] and latency > 0, e.g. --slo tiny=0.95,2.5") from None
-    return slos
+from sparseloom.cli.parsing import finite_options, parse_budget, parse_slos
 
 
 def _arrival_order(value: str | None) -> tuple[str, ...]:
@@ -41,7 +24,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
               help="Placement policy (see `sparseloom plugins`).")
 @click.option("--slo", "slos", multiple=True, metavar="TASK=ACC,MS",
               help="A task's SLO (repeat); others: the workload's, else their grid middle.")
-@click.option("--memory-budget", type=float, default=1.0, show_default=True,
+@click.option("--memory-budget", default="1.0", show_default=True,
               help="Fraction of full preloading in (0, 1], or bytes when > 1.")
 @click.option("--processor", "-p", "processors", multiple=True,
               help="Processor to serve on (repeat); default: the profile's.")
@@ -64,7 +47,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write requests.csv (per-request records) and summary.json here.")
-def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget: float,
+def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget: str,
                 processors: tuple[str, ...], queries: int | None, load_kind: str,
                 rate: float | None, arrival_order: str | None, join_after: int | None,
                 duration: float | None, inject_faults: float, window: int, seed: int,
@@ -77,28 +60,38 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     """
     from sparseloom.cli.output import ensure_output_dir
     from sparseloom.core.errors import ConfigError
+    from sparseloom.core.processors import check_distinct
     from sparseloom.core.registry import get_registry
     from sparseloom.runtime.executor import RuntimeOptions
     from sparseloom.runtime.load import LoadSpec
 
+    finite_options(rate=rate, duration=duration, inject_faults=inject_faults)
     if queries is not None and queries < 1:
         raise ConfigError(f"--queries must be at least 1, got {queries}")
+    if rate is not None and load_kind != "poisson":
+        raise ConfigError("--rate sets the arrival rate of --load poisson; add --load poisson, "
+                          "or drop --rate (a closed loop issues the next request on completion)")
+    if join_after is not None and not arrival_order:
+        raise ConfigError("--join-after counts completions before the next task of "
+                          "--arrival-order joins; add --arrival-order TASK,TASK,... or drop it")
     if rate is not None and rate <= 0:
         raise ConfigError(f"--rate must be > 0 requests per second per task, got {rate:g}")
     if load_kind == "poisson" and rate is None:
         raise ConfigError("--load poisson needs --rate (requests per second per task)")
     if duration is not None and duration <= 0:
         raise ConfigError(f"--duration must be > 0 seconds, got {duration:g}")
-    if memory_budget <= 0:
-        raise ConfigError(f"--memory-budget must be > 0, got {memory_budget:g}")
+    budget = parse_budget(memory_budget)
+    if budget <= 0:
+        raise ConfigError(f"--memory-budget must be > 0, got {memory_budget}")
     get_registry().get_policy(policy)  # an unknown policy fails before any work
-    parsed_slos = _parse_slos(slos)
+    parsed_slos = parse_slos(slos)
+    check_distinct(processors, "--processor")
     order = _arrival_order(arrival_order)
     if out is not None:
         ensure_output_dir(out)
     spec = LoadSpec(load_kind, queries if queries is not None else (None if duration else 100),
                     rate, duration, order, join_after, seed)
-    budget = int(memory_budget) if memory_budget > 1 else memory_budget
+    _announce_long_load(spec)
     result = _serve(workload, policy, parsed_slos, budget, processors, spec,
                     RuntimeOptions(window=window, fault_rate=inject_faults, fault_seed=seed),
                     progress=not as_json and sys.stderr.isatty())
@@ -119,6 +112,47 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
         click.echo(render(result.summary))
         if out is not None:
             click.echo(f"per-request records: {out / 'requests.csv'}")
+    _exit_status(result)
+
+
+#: A load expected to run longer than this is announced, with its length and end time.
+ANNOUNCE_AFTER_S = 10.0
+
+
+def _announce_long_load(spec: Any) -> None:
+    """Say on stderr how long a long load will run (a slow Poisson rate is silent otherwise)."""
+    import datetime
+
+    expected_s, bound = spec.duration_s, "at most"
+    if spec.kind == "poisson" and spec.queries and spec.rate:
+        arrivals_s = spec.queries / spec.rate
+        if expected_s is None or arrivals_s < expected_s:
+            expected_s, bound = arrivals_s, "about"
+    if expected_s is None or expected_s <= ANNOUNCE_AFTER_S:
+        return
+    ends = datetime.datetime.now() + datetime.timedelta(seconds=expected_s)
+    length = str(datetime.timedelta(seconds=round(expected_s)))
+    click.echo(f"Note: this load runs {bound} {length} (h:mm:ss), until about "
+               f"{ends:%Y-%m-%d %H:%M}; a progress bar shows on a terminal, and Ctrl-C stops "
+               "it and prints the summary so far", err=True)
+
+
+def _exit_status(result: Any) -> None:
+    """Exit 130 after Ctrl-C and 1 when every request failed (the summary is printed first)."""
+    from sparseloom.core.errors import RuntimeServeError
+    from sparseloom.runtime.summary import INTERRUPTED
+
+    summary = result.summary
+    if INTERRUPTED in summary.reasons:
+        click.echo("Interrupted: the summary above covers the requests served until Ctrl-C",
+                   err=True)
+        click.get_current_context().exit(130)
+    if summary.submitted and summary.completed == 0:
+        first = next((r.reason for r in result.records if r.reason), "no reason recorded")
+        raise RuntimeServeError(
+            f"every one of the {summary.submitted} request(s) failed, first: {first}; the "
+            "summary above names the processors down and the plan (check `sparseloom devices`, "
+            "or drop --inject-faults)")
 
 
 def load_profiled(workload: str, *, progress: bool) -> tuple[Any, Any]:

@@ -29,6 +29,13 @@ class ConfigError(SparseloomError, ValueError):
     """A workload file, processor spec, option or value is malformed."""
 
 
+class ArgumentError(ConfigError, TypeError):
+    """A public function or record was called with an argument of the wrong type or value; the
+    message names the function (or record), the parameter, what it got and what it takes.
+    Both a ``ValueError`` and a ``TypeError``, as Python's own argument errors are one or the
+    other."""
+
+
 class DataError(ConfigError):
     """Data has the right shape but no meaning: NaN or Inf values, float labels, labels
     outside the model's classes, no rows, too few rows to calibrate."""

@@ -28,6 +28,7 @@ Running a model on a processor (:func:`~sparseloom.workload.inference.load_model
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -318,7 +319,28 @@ def get_processor(
     if bad:
         raise ConfigError(f"processor {processor.name}: core(s) {bad} are not usable by this "
                           f"process; usable cores: {list(allowed_cores())}")
+    _warn_oversubscribed(processor)
     return processor
+
+
+_oversubscribed: set[tuple[str, int, int]] = set()
+
+
+def _warn_oversubscribed(processor: Processor) -> None:
+    """One ``Warning:`` line (once per process) for a CPU processor with more threads than this
+    process has cores: the threads time-share the cores and every call waits for the last
+    one (``ort:CPU?threads=99`` on 2 cores ran 200x slower here)."""
+    if not processor.device.upper().startswith("CPU"):
+        return
+    cores = len(allowed_cores())
+    key = (processor.name, processor.threads, cores)
+    if processor.threads <= cores or key in _oversubscribed:
+        return
+    _oversubscribed.add(key)
+    print(f"Warning: processor {processor.name} asks for {processor.threads} threads; this "
+          f"process may use {cores} core(s): they time-share the cores and each call waits for the "
+          f"slowest, many times slower; use threads={cores} or fewer", file=sys.stderr,
+          flush=True)
 
 
 def load_processors(path: str | os.PathLike[str]) -> list[Processor]:

@@ -6,13 +6,14 @@ Later stages extend this module with their own records; keep each record small a
 
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
 
-from sparseloom.core.errors import ConfigError
+from sparseloom.core.errors import ArgumentError, ConfigError
 
 PluginKind = Literal["backend", "compressor", "estimator", "policy", "workload"]
 PLUGIN_KINDS: tuple[str, ...] = ("backend", "compressor", "estimator", "policy", "workload")
@@ -45,6 +46,28 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{attribute.name} must lie in [0, 1], got {value!r}")
+
+
+#: The longest latency an SLO may allow, in ms (11.6 days): past it a latency SLO means
+#: nothing, and sums and ratios of such values lose every digit that matters.
+MAX_SLO_LATENCY_MS = 1e9
+
+
+def _slo_latency(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 < value <= MAX_SLO_LATENCY_MS:
+        raise ConfigError(f"SLO {attribute.name} must be a number of milliseconds in (0, "
+                          f"{MAX_SLO_LATENCY_MS:g}], got {value!r}")
+
+
+def _number(name: str) -> Callable[[Any], float]:
+    """A converter to ``float`` that refuses what is not a real number (a string, a bool)."""
+    def convert(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ArgumentError(f"SLO {name} must be a number, got {value!r} "
+                                f"({type(value).__name__})")
+        return float(value)
+
+    return convert
 
 
 @attrs.frozen
@@ -96,8 +119,8 @@ class SLO:
         latency_ms: the highest acceptable end-to-end latency of one request, in ms.
     """
 
-    accuracy: float = attrs.field(converter=float, validator=_finite_fraction)
-    latency_ms: float = attrs.field(converter=float, validator=attrs.validators.gt(0.0))
+    accuracy: float = attrs.field(converter=_number("accuracy"), validator=_finite_fraction)
+    latency_ms: float = attrs.field(converter=_number("latency_ms"), validator=_slo_latency)
 
 
 @attrs.frozen

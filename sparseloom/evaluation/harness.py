@@ -76,15 +76,25 @@ QUICK = EvalConfig(slo_configs=(0, 12, 24), orders=1, queries=20, repeats=1,
 def contenders(config: EvalConfig) -> list[str]:
     """The contenders to run: the asked-for ones, else every registered policy + vanilla.
 
-    :raises EvaluationError: an unknown contender (the message lists the known ones).
+    :raises EvaluationError: an unknown contender, asked for or excluded (the message lists the
+        known ones), one asked for twice, or none left to run.
     """
     known = sorted(r.name for r in get_registry().policies()) + list(VANILLA_RUNNERS)
     chosen = list(config.contenders) or known
-    unknown = [c for c in chosen if c not in known]
-    if unknown:
-        raise EvaluationError(f"unknown contender(s) {', '.join(unknown)}; known: "
-                              f"{', '.join(known)}")
-    return [c for c in chosen if c not in config.exclude]
+    for option, names in (("--contender", chosen), ("--exclude", config.exclude)):
+        unknown = [c for c in names if c not in known]
+        if unknown:
+            raise EvaluationError(f"{option}: unknown contender(s) {', '.join(unknown)}; "
+                                  f"known: {', '.join(known)}")
+        twice = sorted({c for c in names if names.count(c) > 1})
+        if twice:
+            raise EvaluationError(f"{option} names {', '.join(twice)} more than once; name "
+                                  "each contender once")
+    left = [c for c in chosen if c not in config.exclude]
+    if not left:
+        raise EvaluationError("--exclude leaves no contender to run; exclude fewer, or name "
+                              "the ones to run with --contender")
+    return left
 
 
 def arrival_orders(tasks: Sequence[str], count: int | None, seed: int = 0) -> list[tuple]:

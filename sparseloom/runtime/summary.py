@@ -92,6 +92,10 @@ class RunSummary:
     rejected: int = 0
 
 
+#: The reason of a run cut short by Ctrl-C (``sparseloom run`` then exits with status 130).
+INTERRUPTED = "interrupted (Ctrl-C): the load was cut short"
+
+
 def records(runtime: Runtime) -> list[RequestRecord]:
     """Per-request records of the ended requests the runtime keeps (its newest
     ``keep_requests``; every one of a shorter run), in submission order."""
@@ -213,7 +217,7 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
         reasons.append(f"too few requests for a p99: {', '.join(short)} completed fewer than "
                        f"{MIN_REQUESTS} (use --queries {MIN_REQUESTS} or more)")
     if load.interrupted:
-        reasons.append("interrupted (Ctrl-C): the load was cut short")
+        reasons.append(INTERRUPTED)
     switch_events = [e for e in runtime.loader.events if e.reason != "preload"]
     violated = sum(1 for t in tasks if t.violated)
     return RunSummary(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.cli.test_bad_inputs import refused, run_cli
+from tests.cli.test_bad_inputs import refused, run_cli, warned
 
 
 def _scalar_input_model(path: Path) -> Path:
@@ -43,3 +43,59 @@ def test_infer_judges_rows_against_the_declared_rank(tmp_path: Path) -> None:
     line = refused(run_cli(["infer", model, "--input", not_npz]), "not an .npz archive",
                    "numpy.savez")
     assert "pickle" not in line
+
+
+# -- 4. numbers and modes ----------------------------------------------------------------------
+
+
+def test_numbers_and_options_of_another_mode_are_refused() -> None:
+    cases = [
+        (["run", "tiny", "--load", "poisson", "--rate", "nan"], ["--rate", "finite", "nan"]),
+        (["run", "tiny", "--duration", "inf"], ["--duration", "finite"]),
+        (["run", "tiny", "--inject-faults", "nan"], ["--inject-faults", "finite"]),
+        (["run", "tiny", "--slo", "tiny=0.5,inf"], ["--slo", "latency", "finite"]),
+        (["plan", "tiny", "--slo", "tiny=0.5,inf"], ["--slo", "latency", "finite"]),
+        (["run", "tiny", "--slo", "tiny=0.5,2", "--slo", "tiny=0.6,3"], ["'tiny' twice"]),
+        (["plan", "tiny", "--slo", "tiny=0.5,2", "--slo", "tiny=0.5,2"], ["'tiny' twice"]),
+        (["run", "tiny", "--memory-budget", "1e30"], ["(0, 1]", "byte count"]),
+        (["run", "tiny", "--memory-budget", "nan"], ["--memory-budget", "'nan'"]),
+        (["run", "tiny", "--rate", "3"], ["--rate", "add --load poisson"]),
+        (["run", "tiny", "--join-after", "3"], ["--join-after", "--arrival-order"]),
+        (["run", "tiny", "-p", "ort:CPU", "-p", "ort:CPU"], ["ort:CPU", "more than once"]),
+        (["plan", "tiny", "-p", "ort:CPU", "-p", "ort:CPU"], ["ort:CPU", "more than once"]),
+        (["profile", "tiny", "-S", "1000"], ["-S 1000", "10^", "use -S"]),
+        (["evaluate", "tiny", "--exclude", "nosuch"], ["--exclude", "nosuch", "known:"]),
+        (["evaluate", "tiny", "--contender", "av-p", "--contender", "av-p"],
+         ["--contender", "av-p", "more than once"]),
+        (["evaluate", "tiny", "--contender", "av-p", "--exclude", "av-p"],
+         ["no contender"]),
+    ]
+    for args, words in cases:
+        refused(run_cli(args), *words)
+
+
+def test_more_threads_than_cores_is_warned(tmp_path: Path) -> None:
+    import os
+
+    threads = len(os.sched_getaffinity(0)) + 1
+    model = _scalar_input_model(tmp_path / "scaled.onnx")
+    proc = run_cli(["infer", model, "-p", f"ort:CPU?threads={threads}",
+                    "--repeat", "1"])
+    warned(proc, "ort:CPU", f"{threads} threads", "time-share")
+
+
+# -- 7. exit codes and silence -----------------------------------------------------------------
+
+
+def test_a_run_whose_every_request_failed_exits_1_after_its_summary() -> None:
+    proc = run_cli(["run", "tiny", "--queries", "10", "--inject-faults", "1"])
+    refused(proc, "every one of the 10 request(s) failed", "InjectedFault")
+    assert "requests" in proc.stdout  # the summary came first
+
+
+def test_a_long_load_says_how_long_it_runs() -> None:
+    proc = run_cli(["run", "tiny", "--queries", "5", "--duration", "3600"])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Note: this load runs at most 1:00:00" in proc.stderr, proc.stderr
+    quiet = run_cli(["run", "tiny", "--queries", "5"])
+    assert quiet.returncode == 0 and "Note: this load" not in quiet.stderr, quiet.stderr
