@@ -12,7 +12,10 @@ The Python API (see ``docs/api.md``), in the order data flows:
 * :func:`refresh_profile` — re-time a sample of a cached profile, rescale it if it drifted;
 * :func:`make_plan` — a processor order and a stitched variant per task under the SLOs, and the
   hot subgraphs to preload;
-* :func:`serve` — all tasks served at once across the processors, with a run summary.
+* :func:`serve` — all tasks served at once across the processors, with a run summary;
+* :class:`Server` — an application's own requests served through futures, with live SLOs and
+  tasks joining and leaving (:class:`Overloaded` past a task's queue bound,
+  :class:`RequestFailed` for a request that could not be served).
 """
 
 from __future__ import annotations
@@ -28,8 +31,12 @@ from sparseloom.api import (
     refresh_profile,
     serve,
 )
+from sparseloom.core.errors import Overloaded, RequestFailed
 
 __all__ = [
+    "Overloaded",
+    "RequestFailed",
+    "Server",
     "__version__",
     "build_profile",
     "build_zoos",
@@ -39,3 +46,12 @@ __all__ = [
     "refresh_profile",
     "serve",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``Server`` is imported on first use: ``import sparseloom`` loads no runtime.
+    if name == "Server":
+        from sparseloom.runtime.server import Server
+
+        return Server
+    raise AttributeError(f"module 'sparseloom' has no attribute {name!r}")

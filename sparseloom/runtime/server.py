@@ -24,6 +24,7 @@ admits at most ``max_queued`` requests that have not ended; past that ``submit``
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -99,14 +100,16 @@ class Server:
         """
         if self._runtime is not None:
             raise RuntimeServeError("this server was already started; make a new Server")
-        from sparseloom.api import _loaded, build_profile
+        from sparseloom.api import build_profile, load_workload
         from sparseloom.plan.api import make_plan
         from sparseloom.runtime.models import RuntimeTask
         from sparseloom.runtime.session import profile_processors
         from sparseloom.zoo.load import load_zoo
         from sparseloom.zoo.options import zoo_directory
 
-        workload = self._workload = _loaded(self._workload, self._progress)
+        workload = self._workload
+        if isinstance(workload, str | os.PathLike):
+            workload = self._workload = load_workload(workload, progress=self._progress)
         if self._profile is None:
             self._profile = build_profile(workload, progress=self._progress)
         profile = self._profile
