@@ -38,7 +38,8 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
               help="Tasks join one after another in this order (the plan is remade at each).")
 @click.option("--join-after", type=click.IntRange(min=1), default=None,
               help="Requests the last joined task completes before the next joins.")
-@click.option("--duration", type=float, default=None, help="Stop issuing after SECONDS.")
+@click.option("--duration", type=float, default=None,
+              help="Stop issuing after SECONDS; shows a live view while it serves.")
 @click.option("--inject-faults", type=click.FloatRange(0.0, 1.0), default=0.0,
               help="Fail this fraction of model calls on purpose (tests, demos).")
 @click.option("--window", type=click.IntRange(min=1), default=20, show_default=True,
@@ -46,7 +47,8 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write requests.csv (per-request records) and summary.json here.")
+              help="Write requests.csv (every request's record, streamed as it ends) and "
+                   "summary.json here.")
 def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget: str,
                 processors: tuple[str, ...], queries: int | None, load_kind: str,
                 rate: float | None, arrival_order: str | None, join_after: int | None,
@@ -92,19 +94,24 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     spec = LoadSpec(load_kind, queries if queries is not None else (None if duration else 100),
                     rate, duration, order, join_after, seed)
     _announce_long_load(spec)
+    live = None
+    if duration is not None and not as_json:
+        import functools
+
+        from sparseloom.cli.live import live_view
+
+        live = functools.partial(live_view, terminal=sys.stdout.isatty(), duration_s=duration)
     result = _serve(workload, policy, parsed_slos, budget, processors, spec,
                     RuntimeOptions(window=window, fault_rate=inject_faults, fault_seed=seed),
-                    progress=not as_json and sys.stderr.isatty())
+                    progress=not as_json and sys.stderr.isatty(), live=live,
+                    records_path=out / "requests.csv" if out is not None else None)
     from sparseloom.runtime.report import as_json as summary_json
     from sparseloom.runtime.report import render
 
     data = summary_json(result.summary)
-    if out is not None:
+    if out is not None:  # requests.csv was written as the requests ended
         import json
 
-        from sparseloom.runtime.records import write_records
-
-        write_records(result.records, out / "requests.csv")
         (out / "summary.json").write_text(json.dumps(data, indent=2, default=str))
     if as_json:
         echo_json(data)
@@ -166,8 +173,8 @@ def load_profiled(workload: str, *, progress: bool) -> tuple[Any, Any]:
 
 
 def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int,
-           processors: tuple[str, ...], spec: Any, runtime_options: Any, *, progress: bool
-           ) -> Any:
+           processors: tuple[str, ...], spec: Any, runtime_options: Any, *, progress: bool,
+           live: Any = None, records_path: Path | None = None) -> Any:
     from sparseloom.core.errors import ConfigError
     from sparseloom.runtime.session import RunConfig, serve
 
@@ -178,7 +185,7 @@ def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int
                           f"{loaded.name!r} has tasks: {', '.join(loaded.task_names)}")
     config = RunConfig(policy=policy, slos=slos, memory_budget=budget,
                        processors=processors, load=spec, options=runtime_options,
-                       progress=progress)
+                       progress=progress, live=live, records_path=records_path)
     return serve(loaded, profile, config)
 
 
