@@ -46,15 +46,34 @@ def load_workload(
     :param tasks: only these tasks, in this order (default: all).
     :param progress: progress bars on stderr for long build steps.
     :param rebuild: build the builder tasks again even when their cache entries are sound.
+    :raises ArgumentError: an argument of the wrong type (naming it).
     """
+    from sparseloom.workload.arguments import check_names, check_path_or_name
     from sparseloom.workload.load import load_workload as load
 
-    return load(name_or_path, tasks=tasks, progress=progress, rebuild=rebuild)
+    where = "load_workload()"
+    check_path_or_name(where, "name_or_path", name_or_path,
+                       "a registered workload name or a workload .toml path")
+    names = check_names(where, "tasks", tasks)
+    return load(name_or_path, tasks=names, progress=progress, rebuild=rebuild)
 
 
-def _loaded(workload: Workload | str | os.PathLike[str], progress: bool) -> Workload:
-    return load_workload(workload, progress=progress) if isinstance(
-        workload, str | os.PathLike) else workload
+def _loaded(workload: Workload | str | os.PathLike[str], progress: bool, where: str
+            ) -> Workload:
+    from sparseloom.workload.arguments import check_instance
+    from sparseloom.workload.task import Workload
+
+    if isinstance(workload, str | os.PathLike):
+        return load_workload(workload, progress=progress)
+    return check_instance(where, "workload", workload, Workload,
+                          "a Workload (from load_workload()), a registered workload name or "
+                          "a workload .toml path")
+
+
+def _optional(where: str, parameter: str, value: Any, expected: type, fix: str) -> Any:
+    from sparseloom.workload.arguments import check_instance
+
+    return None if value is None else check_instance(where, parameter, value, expected, fix)
 
 
 def build_zoos(
@@ -75,8 +94,9 @@ def build_zoos(
     from sparseloom.zoo.build import build_zoo
     from sparseloom.zoo.options import ZooOptions, workload_processors
 
-    loaded = _loaded(workload, progress)
-    options = options or ZooOptions()
+    loaded = _loaded(workload, progress, "build_zoos()")
+    options = _optional("build_zoos()", "options", options, ZooOptions,
+                        "a ZooOptions (sparseloom.zoo.options)") or ZooOptions()
     if not options.processors:
         options = attrs.evolve(options, processors=workload_processors(loaded))
     return {task.name: build_zoo(task, options, rebuild=rebuild, progress=progress)
@@ -100,16 +120,28 @@ def build_profile(
     :param settings: further keywords of :func:`sparseloom.profile.builder.build_profile`
         (``use_cache``, ``strict``, ``cache_root``).
     """
+    from sparseloom.core.types import Processor
+    from sparseloom.profile.builder import ProfileOptions
     from sparseloom.profile.builder import build_profile as build
+    from sparseloom.workload.arguments import check_names
 
-    return build(_loaded(workload, progress), processors=processors, options=options,
+    where = "build_profile()"
+    loaded = _loaded(workload, progress, where)
+    chosen = check_names(where, "processors", processors, items=(str, Processor))
+    _optional(where, "options", options, ProfileOptions,
+              "a ProfileOptions (sparseloom.profile.builder)")
+    _optional(where, "zoos", zoos, Mapping, "a mapping of task name to Zoo (from build_zoos())")
+    return build(loaded, processors=list(chosen) if chosen else None, options=options,
                  zoos=zoos, progress=progress, **settings)
 
 
 def load_profile(directory: str | os.PathLike[str]) -> ProfileTable:
     """Read a profile table saved by :func:`build_profile` (its ``meta["table_directory"]``)."""
     from sparseloom.profile.table import ProfileTable
+    from sparseloom.workload.arguments import check_path_or_name
 
+    check_path_or_name("load_profile()", "directory", directory,
+                       "a profile table folder (table.meta['table_directory'])")
     return ProfileTable.load(directory)
 
 
@@ -136,9 +168,20 @@ def refresh_profile(
     :func:`sparseloom.profile.refresh.refresh_profile` (``resolve_backend``, ``cache_root``,
     ``table``).
     """
+    from sparseloom.profile.builder import ProfileOptions
     from sparseloom.profile.refresh import refresh_profile as refresh
+    from sparseloom.workload.arguments import check_names, check_number
 
-    return refresh(_loaded(workload, progress), processors=processors, options=options,
+    where = "refresh_profile()"
+    loaded = _loaded(workload, progress, where)
+    names = check_names(where, "processors", processors)
+    processors = list(names) if names else None
+    _optional(where, "options", options, ProfileOptions,
+              "a ProfileOptions (sparseloom.profile.builder)")
+    check_number(where, "sample", sample, low=1, integer=True)
+    check_number(where, "threshold", threshold, low=0, low_open=True)
+    check_number(where, "rounds", rounds, low=1, integer=True, optional=True)
+    return refresh(loaded, processors=processors, options=options,
                    sample=sample, threshold=threshold, mode=mode, rounds=rounds,
                    progress=progress,
                    **settings)
@@ -161,12 +204,30 @@ def make_plan(
     :param processors: processors to plan on (default: every profiled one).
     :param memory_budget: a fraction of full preloading in (0, 1], or bytes.
     :returns: the plan, its preload set, where each SLO came from, the policy object.
+    :raises ArgumentError: an argument of the wrong type (naming it); an SLO may be given as
+        a pair ``(accuracy, latency_ms)``.
     """
+    from sparseloom.core.types import Processor
     from sparseloom.plan.api import make_plan as plan
+    from sparseloom.profile.table import ProfileTable
+    from sparseloom.workload.arguments import (
+        check_instance,
+        check_names,
+        check_number,
+        check_slos,
+    )
+    from sparseloom.workload.task import Workload
 
-    names = [getattr(p, "name", p) for p in processors or ()]
+    where = "make_plan()"
+    check_instance(where, "profile", profile, ProfileTable,
+                   "a ProfileTable (from build_profile() or load_profile())")
+    check_instance(where, "policy", policy, str, "a registered policy name")
+    chosen = check_names(where, "processors", processors, items=(str, Processor))
+    check_number(where, "memory_budget", memory_budget, low=0, low_open=True)
+    _optional(where, "workload", workload, Workload, "the Workload the profile was built from")
     workload_slos = {t.name: t.slo for t in workload.tasks} if workload is not None else None
-    return plan(profile, policy=policy, slos=slos, processors=names or None,
+    return plan(profile, policy=policy, slos=check_slos(where, "slos", slos),
+                processors=list(chosen) if chosen else None,
                 memory_budget=memory_budget, workload_slos=workload_slos)
 
 
@@ -187,8 +248,15 @@ def serve(
     :param config: policy, SLOs, memory budget, load and runtime options
         (:class:`sparseloom.runtime.session.RunConfig`).
     """
+    from sparseloom.profile.table import ProfileTable
+    from sparseloom.runtime.session import RunConfig
     from sparseloom.runtime.session import serve as run
 
-    loaded = _loaded(workload, progress)
+    where = "serve()"
+    loaded = _loaded(workload, progress, where)
+    _optional(where, "profile", profile, ProfileTable,
+              "a ProfileTable (from build_profile() or load_profile())")
+    _optional(where, "config", config, RunConfig,
+              "a RunConfig (sparseloom.runtime.session), e.g. RunConfig(policy='sparseloom')")
     table = profile if profile is not None else build_profile(loaded, progress=progress)
     return run(loaded, table, config)

@@ -111,9 +111,9 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
     """
     from sparseloom.cli.profile import profile_options
     from sparseloom.core.errors import PlanError
+    from sparseloom.core.processors import check_distinct
     from sparseloom.core.registry import get_registry
     from sparseloom.plan.api import make_plan
-    from sparseloom.core.processors import check_distinct
     from sparseloom.profile.builder import build_profile, resolve_processors
     from sparseloom.workload.load import load_workload
 

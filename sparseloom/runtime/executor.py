@@ -34,6 +34,7 @@ from sparseloom.runtime.records import SwitchEvent
 from sparseloom.runtime.request import RELEASED, Request, Route
 from sparseloom.runtime.taskstate import TaskState, resolve_future
 from sparseloom.runtime.worker import ProcessorWorker, StageHandler
+from sparseloom.workload.arguments import names_attribute, number_field
 
 #: Consecutive failed stages after which a processor is marked down.
 DOWN_AFTER = 5
@@ -59,14 +60,14 @@ class RuntimeOptions:
         keep_requests: ended requests kept in :attr:`Runtime.finished` (the newest).
     """
 
-    window: int = attrs.field(default=WINDOW, validator=attrs.validators.ge(1))
-    down_after: int = attrs.field(default=DOWN_AFTER, validator=attrs.validators.ge(1))
-    fault_rate: float = attrs.field(default=0.0, converter=float)
-    fault_seed: int = 0
-    fault_processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    window: int = attrs.field(default=WINDOW, validator=number_field(low=1, integer=True))
+    down_after: int = attrs.field(default=DOWN_AFTER, validator=number_field(low=1, integer=True))
+    fault_rate: float = attrs.field(default=0.0, validator=number_field(low=0, high=1))
+    fault_seed: int = attrs.field(default=0, validator=number_field(integer=True))
+    fault_processors: tuple[str, ...] = names_attribute()
     max_queued: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
-    keep_requests: int = attrs.field(default=4096, validator=attrs.validators.ge(0))
+        default=None, validator=number_field(low=1, integer=True, optional=True))
+    keep_requests: int = attrs.field(default=4096, validator=number_field(low=0, integer=True))
 
 
 class Runtime(StageHandler):

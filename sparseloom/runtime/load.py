@@ -23,6 +23,7 @@ import attrs
 
 from sparseloom.core.errors import ConfigError, Overloaded
 from sparseloom.runtime import switching
+from sparseloom.workload.arguments import choice_field, names_attribute, number_field
 
 if TYPE_CHECKING:
     from sparseloom.runtime.executor import Runtime
@@ -46,14 +47,17 @@ class LoadSpec:
         seed: seeds the sample draws and the arrival times.
     """
 
-    kind: LoadKind = attrs.field(default="closed",
-                                 validator=attrs.validators.in_(("closed", "poisson")))
-    queries: int | None = 100
-    rate: float | None = None
-    duration_s: float | None = None
-    arrival_order: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    join_after: int | None = None
-    seed: int = 0
+    kind: LoadKind = attrs.field(default="closed", validator=choice_field("closed", "poisson"))
+    queries: int | None = attrs.field(
+        default=100, validator=number_field(low=1, integer=True, optional=True))
+    rate: float | None = attrs.field(
+        default=None, validator=number_field(low=0, low_open=True, optional=True))
+    duration_s: float | None = attrs.field(
+        default=None, validator=number_field(low=0, low_open=True, optional=True))
+    arrival_order: tuple[str, ...] = names_attribute()
+    join_after: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
+    seed: int = attrs.field(default=0, validator=number_field(integer=True))
 
     def __attrs_post_init__(self) -> None:
         if self.queries is None and self.duration_s is None:

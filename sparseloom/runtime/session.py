@@ -27,6 +27,12 @@ from sparseloom.runtime.load import LoadSpec, offer
 from sparseloom.runtime.models import resident_bytes, rss_bytes
 from sparseloom.runtime.records import RecordStream, RequestRecord
 from sparseloom.runtime.summary import RunSummary, records, request_record, summarize
+from sparseloom.workload.arguments import (
+    instance_field,
+    names_attribute,
+    number_field,
+    slos_converter,
+)
 
 
 @attrs.frozen
@@ -47,12 +53,16 @@ class RunConfig:
             CLI's live view); ``None``: none.
     """
 
-    policy: str = "sparseloom"
-    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=dict)
-    memory_budget: float | int = 1.0
-    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    load: LoadSpec = attrs.field(factory=LoadSpec)
-    options: RuntimeOptions = attrs.field(factory=RuntimeOptions)
+    policy: str = attrs.field(default="sparseloom",
+                              validator=instance_field(str, "a registered policy name"))
+    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=slos_converter)
+    memory_budget: float | int = attrs.field(default=1.0,
+                                             validator=number_field(low=0, low_open=True))
+    processors: tuple[str, ...] = names_attribute()
+    load: LoadSpec = attrs.field(factory=LoadSpec, validator=instance_field(
+        LoadSpec, "a LoadSpec, e.g. LoadSpec('closed', queries=100)"))
+    options: RuntimeOptions = attrs.field(factory=RuntimeOptions, validator=instance_field(
+        RuntimeOptions, "a RuntimeOptions"))
     progress: bool = False
     records_path: Path | None = None
     live: Callable[[Any], contextlib.AbstractContextManager[Any]] | None = attrs.field(
