@@ -99,3 +99,39 @@ def test_a_long_load_says_how_long_it_runs() -> None:
     assert "Note: this load runs at most 1:00:00" in proc.stderr, proc.stderr
     quiet = run_cli(["run", "tiny", "--queries", "5"])
     assert quiet.returncode == 0 and "Note: this load" not in quiet.stderr, quiet.stderr
+
+
+# -- 3. device files ---------------------------------------------------------------------------
+
+GOOD_PROCESSOR = ('[[processors]]\nname = "GPU"\ntransfer_ms = 0.25\nmemory_bytes = 4000\n'
+                  '[processors.scale]\ndense = 0.5\nint8 = 0.4\n')
+
+
+def _device(folder: Path, name: str, processor: str, head: str = "") -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f'{head}name = "{name}"\nreference = "ov:CPU"\n{GOOD_PROCESSOR}{processor}')
+    return path
+
+
+def test_device_files_are_validated_on_read(tmp_path: Path) -> None:
+    npu = '[[processors]]\nname = "NPU"\n'
+    cases = {
+        "negative-transfer": (npu + "transfer_ms = -1\n", ["'NPU'", "transfer_ms", "-1"]),
+        "negative-scale": (npu + "[processors.scale]\nint8 = -0.5\n", ["'NPU'", "scale.int8"]),
+        "zero-scale": (npu + "[processors.scale]\ndense = 0\n", ["'NPU'", "scale.dense", "0"]),
+        "nan-scale": (npu + "[processors.scale]\ndense = nan\n", ["'NPU'", "scale.dense",
+                                                                  "nan"]),
+        "huge-scale": (npu + "[processors.scale]\ndense = 1e9\n", ["'NPU'", "scale.dense"]),
+        "negative-memory": (npu + "memory_bytes = -5\n", ["'NPU'", "memory_bytes", "-5"]),
+        "twice": ('[[processors]]\nname = "GPU"\n', ["'GPU'", "listed twice"]),
+        "unknown-key": (npu + "latency_ms = 3\n", ["'NPU'", "latency_ms", "allowed"]),
+        "unknown-kind": (npu + "[processors.scale]\nint4 = 0.3\n", ["'NPU'", "'int4'",
+                                                                     "int8"]),
+    }
+    for name, (processor, words) in cases.items():
+        path = _device(tmp_path, name, processor)
+        refused(run_cli(["simulate", "tiny", "--device-file", path, "--policy", "av-p"]),
+                str(path), *words)
+    top = _device(tmp_path, "top", "", head="soc = 1\n")
+    refused(run_cli(["sweep", "--workload", "tiny", "--device-file", top]), str(top),
+            "unknown key(s) soc")
