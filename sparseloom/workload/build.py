@@ -333,7 +333,8 @@ def load_task_files(
     else:
         input_names, output_names = model_io
     where = f"task {name!r}: data file {data}"
-    count = checks.check_rows(eval_arrays, where)
+    count = checks.check_rows(eval_arrays, where, checks.MIN_EVAL_ROWS,
+                              "a metric over N rows moves in steps of 1/N")
     if labels.ndim == 0 or labels.shape[0] != count:
         raise ConfigError(f"{where} holds {count} samples but {labels.size} labels; give one "
                           "label row per sample")

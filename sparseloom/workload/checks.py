@@ -21,6 +21,9 @@ from sparseloom.workload.metrics import LABEL_PAD
 #: Fewest calibration rows: the zoo traces shapes and checks its cuts on 4 rows and needs two
 #: or more to tell the batch dimension from the others.
 MIN_CALIBRATION_ROWS = 4
+#: Fewest eval rows: a metric over N rows moves in steps of 1/N, so below 10 rows (steps over
+#: 0.1) variants cannot be told apart and an accuracy SLO such as 0.85 cannot be judged.
+MIN_EVAL_ROWS = 10
 #: Below one calibration batch (32 rows) INT8 ranges come from too few samples to trust.
 FEW_CALIBRATION_ROWS = 32
 
@@ -45,13 +48,16 @@ def check_finite(arrays: Mapping[str, np.ndarray], where: str) -> None:
             )
 
 
-def check_rows(arrays: Mapping[str, np.ndarray], where: str, minimum: int = 1) -> int:
-    """The number of rows (first axis) of ``arrays``; :class:`DataError` below ``minimum``."""
+def check_rows(arrays: Mapping[str, np.ndarray], where: str, minimum: int = 1,
+               why: str = "") -> int:
+    """The number of rows (first axis) of ``arrays``; :class:`DataError` below ``minimum``
+    (``why`` says what the minimum is for)."""
     count = min((a.shape[0] if a.ndim else 0 for a in arrays.values()), default=0)
     if count < minimum:
         shapes = ", ".join(f"{name!r} {list(a.shape)}" for name, a in arrays.items())
         need = "at least one row" if minimum == 1 else f"at least {minimum} rows"
-        raise DataError(f"{where}: {count} rows ({shapes or 'no arrays'}); it needs {need}")
+        raise DataError(f"{where}: {count} rows ({shapes or 'no arrays'}); it needs {need}"
+                        f"{f' ({why})' if why else ''}")
     return count
 
 

@@ -237,8 +237,17 @@ def read_workload_file(
                 f"e.g. 'ov:CPU'"
             )
     from sparseloom.core.processors import check_distinct
+    from sparseloom.core.registry import get_registry
 
     check_distinct(processors, f"{where}: processors")
+    backends = {r.name for r in get_registry().backends()}
+    for spec in processors:
+        backend = spec.split(":", 1)[0]
+        if backend not in backends:
+            raise ConfigError(
+                f"{where}: processor {spec!r} names backend {backend!r}, which is not "
+                f"installed; installed backends: {', '.join(sorted(backends)) or 'none'} "
+                f"(`sparseloom devices` lists their processors)")
     return WorkloadDefinition(
         name=name or document.get("name") or path.stem,
         tasks=tuple(tasks),

@@ -37,23 +37,37 @@ __all__ = [
 ]
 
 
+#: The longest task name: it becomes part of file names (``pareto-<task>.png``, profile and zoo
+#: entries) and of table columns, and a file name may have 255 bytes in all.
+MAX_TASK_NAME = 64
+
+
 def check_task_name(name: str, where: str = "") -> str:
     """``name`` if it may be a task name; :class:`ConfigError` otherwise.
 
-    Task names become parts of file names (``pareto-<task>.png``, profile and zoo files), so
-    the one rule everywhere is: a non-empty string with no path separator, no NUL, not ``.``
-    or ``..`` and not starting with ``.``.
+    Task names become parts of file names (``pareto-<task>.png``, profile and zoo files) and
+    are addressed on the command line (``--slo TASK=ACC,MS``, ``--arrival-order A,B``), so the
+    one rule everywhere is: a non-empty string of at most :data:`MAX_TASK_NAME` characters,
+    with no path separator, ``,``, ``=``, NUL or other control character, not ``.`` or ``..``,
+    not starting with ``.`` and not starting or ending with spaces.
     """
     prefix = f"{where}: " if where else ""
+    rule = ("task names become parts of file names and of --slo TASK=ACC,MS and "
+            "--arrival-order A,B, so they may not contain '/', '\\', ',', '=' or control "
+            "characters, start with '.', or start or end with spaces; use letters, digits, "
+            "'-', '_' and '.'")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{prefix}a task name must be a non-empty string, got {name!r}")
-    bad = [c for c in ("/", "\\", "\0") if c in name]
-    if bad or name.startswith(".") or name != name.strip():
-        raise ConfigError(
-            f"{prefix}task name {name!r} cannot be used: task names become parts of file "
-            "names, so they may not contain '/', '\\' or NUL, start with '.', or start or end "
-            "with spaces; use letters, digits, '-', '_' and '.'"
-        )
+    shown = repr(name) if len(name) <= MAX_TASK_NAME else f"{name[:20]!r}... ({len(name)} chars)"
+    if len(name) > MAX_TASK_NAME:
+        raise ConfigError(f"{prefix}task name {shown} is longer than {MAX_TASK_NAME} "
+                          f"characters; {rule}")
+    bad = [c for c in ("/", "\\", ",", "=") if c in name]
+    control = any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name)
+    if bad or control or name.startswith(".") or name != name.strip():
+        what = f" (it holds {', '.join(map(repr, bad))})" if bad else (
+            " (it holds a control character)" if control else "")
+        raise ConfigError(f"{prefix}task name {shown} cannot be used{what}: {rule}")
     return name
 
 

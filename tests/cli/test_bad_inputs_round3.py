@@ -135,3 +135,40 @@ def test_device_files_are_validated_on_read(tmp_path: Path) -> None:
     top = _device(tmp_path, "top", "", head="soc = 1\n")
     refused(run_cli(["sweep", "--workload", "tiny", "--device-file", top]), str(top),
             "unknown key(s) soc")
+
+
+# -- 5. workload files -------------------------------------------------------------------------
+
+
+def test_workload_files_are_refused_at_read_with_the_rule(tmp_path: Path) -> None:
+    import shutil
+
+    from sparseloom.api import load_workload
+
+    entry = Path(load_workload("tiny", progress=False).tasks[0].info["cache_dir"])
+    shutil.copy(entry / "model.onnx", tmp_path / "model.onnx")
+    with np.load(entry / "eval.npz") as data:
+        np.savez(tmp_path / "good.npz", image=data["image"][:64], labels=data["labels"][:64])
+        np.savez(tmp_path / "three.npz", image=data["image"][:3], labels=data["labels"][:3])
+        np.savez(tmp_path / "calibration.npz", image=data["image"][:40])
+
+    def workload(name: str, task: str = "t", head: str = "", data: str = "good") -> Path:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'{head}name = "w"\n[[task]]\nname = "{task}"\nmodel = "model.onnx"\n'
+                        f'data = "{data}.npz"\ncalibration = "calibration.npz"\n')
+        return path
+
+    cases = [
+        (workload("comma", task="a,b"), ["'a,b'", "','", "--slo"]),
+        (workload("equals", task="a=b"), ["'a=b'", "'='"]),
+        (workload("escape", task="red\\u001b[31m"), ["'red\\x1b[31m'", "control character"]),
+        (workload("long", task="x" * 300), ["300 chars", "longer than 64"]),
+        (workload("backend", head='processors = ["foo:CPU"]\n'),
+         ["'foo:CPU'", "backend 'foo'", "not installed", "ort"]),
+    ]
+    for path, words in cases:
+        proc = run_cli(["workloads", "build", path, "--no-progress"])
+        line = refused(proc, str(path), *words)
+        assert "\x1b" not in proc.stderr, line  # never echoed raw to the terminal
+    refused(run_cli(["workloads", "build", workload("three", data="three"), "--no-progress"]),
+            "three.npz", "3 rows", "at least 10", "steps of 1/N")
