@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from sparseloom.cli.run import load_profiled
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.models import rss_bytes
 from sparseloom.runtime.session import RunConfig, serve
+from sparseloom.runtime.stats import periodically
 
 
 def main() -> None:
@@ -53,25 +53,16 @@ def main() -> None:
 
     @contextlib.contextmanager
     def sampler(server: Any) -> Iterator[None]:
-        runtime, stop, started = server.runtime, threading.Event(), time.perf_counter()
+        runtime, started = server.runtime, time.perf_counter()
 
         def sample() -> None:
             samples.append((time.perf_counter() - started, runtime.completed + runtime.failed,
                             rss_bytes()))
 
-        def loop() -> None:
-            while not stop.wait(args.sample_s):
-                sample()
-
         sample()
-        thread = threading.Thread(target=loop, daemon=True)
-        thread.start()
-        try:
+        with periodically(sample, args.sample_s, "soak-rss"):
             yield
-        finally:
-            stop.set()
-            thread.join()
-            sample()
+        sample()
 
     print(f"soak: {total} Poisson requests on {args.workload} ({per_task} per task at "
           f"{args.rate:g}/s each, about {per_task / args.rate / 60:.1f} min)")

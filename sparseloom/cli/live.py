@@ -10,7 +10,6 @@ cleared when the run ends (the summary follows); otherwise one plain line every
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,16 +78,8 @@ def live_view(server: Any, *, terminal: bool, duration_s: float | None = None
                   refresh_per_second=REFRESH_PER_S, transient=True):
             yield
         return
-    stop = threading.Event()
+    from sparseloom.runtime.stats import periodically
 
-    def write() -> None:
-        while not stop.wait(PLAIN_EVERY_S):
-            click.echo(plain_line(server.stats()))
-
-    thread = threading.Thread(target=write, name="sparseloom-live", daemon=True)
-    thread.start()
-    try:
+    with periodically(lambda: click.echo(plain_line(server.stats())), PLAIN_EVERY_S,
+                      "sparseloom-live"):
         yield
-    finally:
-        stop.set()
-        thread.join()

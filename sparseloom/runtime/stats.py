@@ -12,9 +12,11 @@ live view from its last :data:`LIVE_REQUESTS` entries.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -229,3 +231,22 @@ def server_stats(runtime: Runtime, serving: set[str] | frozenset[str],
     return ServerStats(now - runtime.started_s, tasks, processors, runtime.submitted,
                        runtime.completed, runtime.failed,
                        sum(t.rejected for t in tasks.values()))
+
+
+@contextlib.contextmanager
+def periodically(call: Callable[[], None], every_s: float, name: str) -> Iterator[None]:
+    """Call ``call`` every ``every_s`` seconds on a thread called ``name`` while the block
+    runs (a live view, an RSS sampler); the thread is joined when the block ends."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            call()
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
