@@ -83,3 +83,15 @@ def plain_onnxruntime(setup: tuple[Any, Any], task_name: str, choices: Sequence[
         return carried
 
     return run
+
+
+def eval_row(task: Any, sample: int) -> dict[str, np.ndarray]:
+    """A task's eval-set row ``sample`` as request inputs (batch 1, a writable copy)."""
+    return {name: np.asarray(values[sample:sample + 1]).copy()
+            for name, values in task.eval_inputs.items()}
+
+
+def route_choices(route: str) -> tuple[int, ...]:
+    """The stitched variant of a described route: ``tiny[2,0] @ ov:CPU>ort:CPU`` -> (2, 0)."""
+    inside = route.split("[", 1)[1].split("]", 1)[0]
+    return tuple(int(c) for c in inside.split(","))

@@ -14,22 +14,11 @@ import pytest
 from sparseloom.core.errors import BackendError, RuntimeServeError
 from sparseloom.core.types import SLO
 from sparseloom.runtime.server import Server
-from tests.runtime.support import plain_onnxruntime
+from tests.runtime.support import eval_row, plain_onnxruntime, route_choices
 
 #: Every test waits this long at most for a future: a hang fails, it does not stall the suite.
 TIMEOUT_S = 60.0
 LOOSE = SLO(0.0, 1000.0)
-
-
-def _row(task: Any, sample: int) -> dict[str, np.ndarray]:
-    return {name: np.asarray(values[sample:sample + 1])
-            for name, values in task.eval_inputs.items()}
-
-
-def _choices(route: str) -> tuple[int, ...]:
-    """``tiny[2,0] @ ov:CPU>ort:CPU`` -> (2, 0)."""
-    inside = route.split("[", 1)[1].split("]", 1)[0]
-    return tuple(int(c) for c in inside.split(","))
 
 
 def _clients(server: Server, jobs: list[tuple[str, int, dict[str, np.ndarray]]], threads: int
@@ -60,7 +49,7 @@ def test_concurrent_clients_get_every_result_equal_to_plain_onnxruntime(
         two_tasks: tuple[Any, Any]) -> None:
     workload, profile = two_tasks
     names = list(profile.tasks)
-    jobs = [(name, row, _row(workload.task(name), row)) for row in range(40) for name in names]
+    jobs = [(name, row, eval_row(workload.task(name), row)) for row in range(40) for name in names]
     with Server(workload, profile, slos=dict.fromkeys(names, LOOSE)) as server:
         submitted = _clients(server, jobs, threads=8)
         _, pending = wait([f for _, _, f in submitted], timeout=TIMEOUT_S)
@@ -73,11 +62,11 @@ def test_concurrent_clients_get_every_result_equal_to_plain_onnxruntime(
         assert view.submitted == view.completed == 40 and view.failed == view.rejected == 0
         assert view.switches == 0  # one route served every request: the oracle below applies
         assert view.p50_ms <= view.p90_ms <= view.p99_ms and view.attainment == 1.0
-    oracles = {name: plain_onnxruntime(two_tasks, name, _choices(stats.tasks[name].route))
+    oracles = {name: plain_onnxruntime(two_tasks, name, route_choices(stats.tasks[name].route))
                for name in names}
     for name, row, future in submitted:
         outputs = future.result()
-        expected = oracles[name](_row(workload.task(name), row))
+        expected = oracles[name](eval_row(workload.task(name), row))
         assert set(outputs) == set(expected)
         for key, value in expected.items():
             np.testing.assert_allclose(outputs[key], value, rtol=1e-4, atol=1e-5)
@@ -91,7 +80,7 @@ def test_concurrent_clients_get_every_result_equal_to_plain_onnxruntime(
 
 def test_inputs_are_checked_and_bad_calls_say_what_to_do(tiny: tuple[Any, Any]) -> None:
     workload, profile = tiny
-    row = _row(workload.task("tiny"), 0)
+    row = eval_row(workload.task("tiny"), 0)
     name = next(iter(row))
     server = Server(workload, profile, slos={"tiny": LOOSE})
     with pytest.raises(RuntimeServeError, match="not running"):
@@ -114,7 +103,8 @@ def test_set_slo_mid_stream_moves_the_plan_and_loses_nothing(tiny: tuple[Any, An
     workload, profile = tiny
     task = workload.task("tiny")
     best = float(profile.task("tiny").accuracy().max())
-    jobs = [("tiny", row % task.num_eval, _row(task, row % task.num_eval)) for row in range(240)]
+    rows = [row % task.num_eval for row in range(240)]
+    jobs = [("tiny", row, eval_row(task, row)) for row in rows]
     # Clients submit as fast as they can; the bound must not refuse what waits out the switch.
     with Server(workload, profile, slos={"tiny": LOOSE}, max_queued=1000) as server:
         before = server.stats().tasks["tiny"].route
@@ -132,10 +122,10 @@ def test_set_slo_mid_stream_moves_the_plan_and_loses_nothing(tiny: tuple[Any, An
     assert view.route != before and view.switches >= 1, "the tighter SLO re-planned the task"
     assert view.submitted == view.completed == 240 and view.failed == 0
     # Every answer is the old or the new stitched variant's, run by plain ONNX Runtime.
-    oracles = [plain_onnxruntime(tiny, "tiny", _choices(r)) for r in (before, view.route)]
+    oracles = [plain_onnxruntime(tiny, "tiny", route_choices(r)) for r in (before, view.route)]
     for _, row, future in results:
         logits = future.result()["logits"]
-        assert any(np.allclose(logits, oracle(_row(task, row))["logits"], rtol=1e-4, atol=1e-5)
+        assert any(np.allclose(logits, oracle(eval_row(task, row))["logits"], rtol=1e-4, atol=1e-5)
                    for oracle in oracles)
 
 
@@ -145,20 +135,20 @@ def test_tasks_join_and_leave_mid_stream(two_tasks: tuple[Any, Any]) -> None:
     with Server(workload, profile, slos={a: LOOSE, b: LOOSE}, tasks=[a]) as server:
         assert server.tasks == (a,)
         with pytest.raises(RuntimeServeError, match=f"add_task\\('{b}'\\)"):
-            server.submit(b, _row(workload.task(b), 0))
-        early = [server.submit(a, _row(workload.task(a), row)) for row in range(30)]
+            server.submit(b, eval_row(workload.task(b), 0))
+        early = [server.submit(a, eval_row(workload.task(a), row)) for row in range(30)]
         server.add_task(b)
-        joined = [server.submit(b, _row(workload.task(b), row)) for row in range(30)]
-        leaving = [server.submit(a, _row(workload.task(a), row)) for row in range(30, 60)]
+        joined = [server.submit(b, eval_row(workload.task(b), row)) for row in range(30)]
+        leaving = [server.submit(a, eval_row(workload.task(a), row)) for row in range(30, 60)]
         server.remove_task(a)  # its 30 requests in flight still end
         with pytest.raises(RuntimeServeError, match="not served now"):
-            server.submit(a, _row(workload.task(a), 0))
-        later = [server.submit(b, _row(workload.task(b), row)) for row in range(30, 60)]
+            server.submit(a, eval_row(workload.task(a), 0))
+        later = [server.submit(b, eval_row(workload.task(b), row)) for row in range(30, 60)]
         done, pending = wait(early + joined + leaving + later, timeout=TIMEOUT_S)
         assert not pending
         stats = server.stats()
         server.add_task(a)  # joins again
-        assert "logits" in server.infer(a, _row(workload.task(a), 1), timeout=TIMEOUT_S)
+        assert "logits" in server.infer(a, eval_row(workload.task(a), 1), timeout=TIMEOUT_S)
     assert all(f.exception() is None for f in done)
     assert not stats.tasks[a].serving and stats.tasks[a].route == "-"
     assert stats.tasks[a].completed == 60 and stats.tasks[b].completed == 60

@@ -16,17 +16,12 @@ from sparseloom.core.errors import BackendError, Overloaded, RequestFailed
 from sparseloom.core.types import SLO
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.server import Server
-from tests.runtime.support import plain_onnxruntime
+from tests.runtime.support import eval_row, plain_onnxruntime, route_choices
 
 TIMEOUT_S = 60.0
 LOOSE = SLO(0.0, 1000.0)
 #: A value no digit image holds: a request carrying it is the one the backend fails.
 POISON = -12345.0
-
-
-def _row(task: Any, sample: int) -> dict[str, np.ndarray]:
-    return {name: np.asarray(values[sample:sample + 1]).copy()
-            for name, values in task.eval_inputs.items()}
 
 
 def _wrap_models(server: Server, wrap: Callable[[Any, Callable], Callable],
@@ -55,7 +50,7 @@ def test_a_burst_past_the_bound_is_refused_with_overloaded(tiny: tuple[Any, Any]
         accepted, refused = [], []
         for row in range(50):
             try:
-                accepted.append(server.submit("tiny", _row(task, row)))
+                accepted.append(server.submit("tiny", eval_row(task, row)))
             except Overloaded as error:
                 refused.append(error)
         done, pending = wait(accepted, timeout=TIMEOUT_S)
@@ -91,7 +86,7 @@ def test_a_backend_raising_fails_exactly_the_affected_futures(tiny: tuple[Any, A
         _wrap_models(server, poisonous, position=0)
         rows = []
         for row in range(40):
-            inputs = _row(task, row)
+            inputs = eval_row(task, row)
             if row % 5 == 2:
                 next(iter(inputs.values())).flat[0] = POISON
             rows.append((row, inputs, server.submit("tiny", inputs)))
@@ -99,8 +94,7 @@ def test_a_backend_raising_fails_exactly_the_affected_futures(tiny: tuple[Any, A
         stats = server.stats()
         route = stats.tasks["tiny"].route
     assert not pending
-    choices = tuple(int(c) for c in route.split("[")[1].split("]")[0].split(","))
-    oracle = plain_onnxruntime(tiny, "tiny", choices)
+    oracle = plain_onnxruntime(tiny, "tiny", route_choices(route))
     for row, inputs, future in rows:
         if row % 5 == 2:
             error = future.exception()
@@ -126,12 +120,12 @@ def test_a_processor_marked_down_reroutes_every_later_request(tiny: tuple[Any, A
     with Server(workload, profile, slos={"tiny": LOOSE}, options=options) as server:
         outcomes = []
         for row in range(40):
-            future = server.submit("tiny", _row(task, row))
+            future = server.submit("tiny", eval_row(task, row))
             outcomes.append(future.exception(timeout=TIMEOUT_S))
         # A few early requests may fail (after their retry); the control thread re-plans
         # without the processor that went down.
         server.runtime.control.wait_idle(TIMEOUT_S)
-        late = [server.submit("tiny", _row(task, row)) for row in range(40, 60)]
+        late = [server.submit("tiny", eval_row(task, row)) for row in range(40, 60)]
         late_errors = [f.exception(timeout=TIMEOUT_S) for f in late]
         stats = server.stats()
     assert stats.processors[broken].down
@@ -148,7 +142,7 @@ def test_close_with_requests_in_flight_fails_the_rest_explicitly(tiny: tuple[Any
     task = workload.task("tiny")
     server = Server(workload, profile, slos={"tiny": LOOSE}).start()
     _wrap_models(server, _slow(0.02))  # 20 ms a stage: 30 requests outlast the drain
-    futures = [server.submit("tiny", _row(task, row)) for row in range(30)]
+    futures = [server.submit("tiny", eval_row(task, row)) for row in range(30)]
     closer = threading.Thread(target=server.close, kwargs={"timeout_s": 0.1})
     closer.start()
     closer.join(TIMEOUT_S)
@@ -165,7 +159,7 @@ def test_close_drains_requests_in_flight(tiny: tuple[Any, Any]) -> None:
     task = workload.task("tiny")
     with Server(workload, profile, slos={"tiny": LOOSE}) as server:
         _wrap_models(server, _slow(0.002))
-        futures = [server.submit("tiny", _row(task, row)) for row in range(30)]
+        futures = [server.submit("tiny", eval_row(task, row)) for row in range(30)]
     assert all(f.done() and f.exception() is None for f in futures)
 
 
@@ -174,7 +168,7 @@ def test_a_cancelled_future_does_not_break_the_run(tiny: tuple[Any, Any]) -> Non
     task = workload.task("tiny")
     with Server(workload, profile, slos={"tiny": LOOSE}) as server:
         _wrap_models(server, _slow(0.01))
-        futures = [server.submit("tiny", _row(task, row)) for row in range(10)]
+        futures = [server.submit("tiny", eval_row(task, row)) for row in range(10)]
         assert futures[-1].cancel()
         with pytest.raises(CancelledError):
             futures[-1].result(timeout=TIMEOUT_S)
