@@ -2,7 +2,8 @@
 
 A *cell* is one contender under one SLO configuration k (every task at point k of its own
 grid Ψ, :func:`~sparseloom.plan.slo_grid.slo_grid`), one arrival order and one repeat. Policy
-contenders are served by the real runtime (:func:`sparseloom.runtime.session.serve`); the
+contenders are served by the real runtime through the one serving path applications use
+(:func:`sparseloom.runtime.session.serve` on a :class:`sparseloom.Server`); the
 vanilla runners (:mod:`sparseloom.evaluation.vanilla`) do not plan, so one run per order and
 repeat is scored against every SLO configuration. Cells not run for real are filled by the
 simulator (:mod:`sparseloom.evaluation.simulator`) and marked ``"source": "simulated"``.
@@ -171,6 +172,8 @@ def real_policy_run(workload: Any, profile: Any, policy: str, slos: dict[str, SL
             "pipeline_share": summary.pipeline_share,
             "memory_bytes": summary.memory.get("loaded_bytes", math.nan),
             "valid": summary.valid, "tasks": rows, "wall_s": summary.wall_s,
+            "submitted": summary.submitted, "failed": summary.failed,
+            "rejected": summary.rejected,
             "utilisation": dict(summary.utilisation), "switches": summary.switches,
             "pipeline_bound_rps": summary.pipeline_bound_rps,
             # The shared machine's load while it ran: the real runs' context, in the results.
