@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from sparseloom.core.cache import cache_notice
 from sparseloom.core.errors import EvaluationError, SparseloomError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import SLO
@@ -120,18 +121,39 @@ def _key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
+#: The keys every cached run holds (a vanilla run's, too), and those of a policy's run.
+RUN_KEYS = frozenset({"throughput_rps", "memory_bytes", "tasks"})
+POLICY_RUN_KEYS = RUN_KEYS | {"violation_rate", "pipeline_share", "valid"}
+TASK_ROW_KEYS = frozenset({"task", "accuracy", "p90_ms"})
+
+
 @attrs.define(eq=False)
 class RunCache:
     """Finished runs as JSON files under ``directory`` (one file per run)."""
 
     directory: Path
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, required: frozenset[str] = RUN_KEYS) -> dict[str, Any] | None:
+        """The run stored as ``key``; ``None`` (it is run again) when there is none, when it
+        was cut short mid-write, or when it lacks one of ``required`` (a damaged or foreign
+        file: a ``Warning:`` line names it)."""
         path = self.directory / f"{key}.json"
         try:
-            return json.loads(path.read_text()) if path.exists() else None
+            value = json.loads(path.read_text()) if path.exists() else None
         except (OSError, ValueError):
             return None  # a run cut short mid-write is run again
+        if value is None:
+            return None
+        rows = value.get("tasks") if isinstance(value, dict) else None
+        if not isinstance(value, dict) or not required <= value.keys() or not isinstance(
+                rows, list) or not all(isinstance(r, dict) and r.keys() >= TASK_ROW_KEYS
+                                       for r in rows):
+            missing = sorted(required - value.keys()) if isinstance(value, dict) else []
+            cache_notice(f"run file {path} is damaged or not a run ("
+                         f"{'lacks ' + ', '.join(missing) if missing else 'bad task rows'}); "
+                         "running it again")
+            return None
+        return value
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -316,7 +338,7 @@ def evaluate(workload: Any, profile: Any, out: Path, config: EvalConfig = QUICK,
     fingerprint = profile_fingerprint(profile)
     for done, (kind, name, k, order_index, order, repeat, budget) in enumerate(jobs):
         key = _run_key(profile, kind, name, k, order, repeat, budget, config.queries)
-        found = cache.get(key)
+        found = cache.get(key, RUN_KEYS if kind == "vanilla" else POLICY_RUN_KEYS)
         if found is not None and found.get("profile_fingerprint", fingerprint) != fingerprint:
             found = None  # planned from an older profile of the workload: run it again
         if found is None:

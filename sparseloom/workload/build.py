@@ -125,6 +125,11 @@ def entry_problem(folder: Path) -> str | None:
     missing = [key for key in _META_KEYS if key not in meta]
     if missing:
         return f"{META_FILE} lacks {', '.join(missing)}"
+    from sparseloom.workload.metrics import METRICS
+
+    if meta["metric"] not in METRICS:
+        return (f"{META_FILE} names metric {meta['metric']!r}, which is not one of "
+                f"{', '.join(sorted(METRICS))}")
     absent = [name for name in ENTRY_FILES if not (folder / name).is_file()]
     if absent:
         return f"{', '.join(absent)} missing"

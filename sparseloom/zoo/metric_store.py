@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sparseloom.core.cache import config_hash, file_lock
+from sparseloom.core.cache import cache_notice, config_hash, file_lock
 
 STORE_FOLDER = "metrics"
 
@@ -49,6 +49,12 @@ class MetricStore:
         try:
             data = json.loads(self.path.read_text())
             return data if isinstance(data, dict) and isinstance(data.get("metrics"), dict) else {}
+        except PermissionError:
+            cache_notice(f"cannot read the metric store {self.path} (permission denied); its "
+                         f"metrics are measured again. Give your group read access to the "
+                         f"cache (chmod -R g+rwX), or use a cache of your own "
+                         f"(SPARSELOOM_CACHE_DIR)")
+            return {}
         except (OSError, ValueError):
             return {}
 
@@ -76,6 +82,9 @@ class MetricStore:
                 data = self._read()
                 merged = self.load() | {tuple(k): float(v) for k, v in metrics.items()}
                 handle, temporary = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+                # mkstemp makes the file private (0600): a group-shared cache would then be
+                # unreadable to the others, who would measure and replace it again.
+                os.fchmod(handle, shared_file_mode(self.path))
                 with os.fdopen(handle, "w") as stream:
                     json.dump({"key": dict(self.key),
                                "seconds": float(data.get("seconds", 0.0)) + float(seconds),
@@ -85,6 +94,16 @@ class MetricStore:
                 os.replace(temporary, self.path)
         except OSError:
             return
+
+
+def shared_file_mode(path: Path) -> int:
+    """The permission bits for a file written at ``path``: its folder's without the execute
+    bits, so a cache folder shared with a group (``rwxrwsr-x``) keeps files the group reads and
+    writes (``rw-rw-r--``), and a private one keeps private files."""
+    try:
+        return os.stat(path.parent).st_mode & 0o666
+    except OSError:
+        return 0o644
 
 
 def metric_store(zoo: Any, task: Any, processor: str,

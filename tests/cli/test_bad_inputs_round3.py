@@ -5,9 +5,11 @@ refusal exits non-zero with exactly one ``Error:`` line and no traceback.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.cli.test_bad_inputs import refused, run_cli, warned
 
@@ -172,3 +174,48 @@ def test_workload_files_are_refused_at_read_with_the_rule(tmp_path: Path) -> Non
         assert "\x1b" not in proc.stderr, line  # never echoed raw to the terminal
     refused(run_cli(["workloads", "build", workload("three", data="three"), "--no-progress"]),
             "three.npz", "3 rows", "at least 10", "steps of 1/N")
+
+
+# -- 8. caches ---------------------------------------------------------------------------------
+
+
+def test_a_cached_task_naming_an_unknown_metric_is_rebuilt(tmp_path: Path) -> None:
+    import shutil
+
+    from sparseloom.api import load_workload
+    from sparseloom.workload.build import entry_problem
+
+    source = Path(load_workload("tiny", progress=False).tasks[0].info["cache_dir"])
+    entry = tmp_path / "cache" / "workloads" / source.name
+    shutil.copytree(source, entry)
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["metric"] = "nosuch"
+    (entry / "meta.json").write_text(json.dumps(meta))
+    assert "metric 'nosuch'" in str(entry_problem(entry))
+    proc = run_cli(["workloads", "build", "tiny", "--no-progress", "--json"],
+                   cache=tmp_path / "cache")
+    warned(proc, str(entry), "metric 'nosuch'", "rebuilding")
+    assert json.loads(proc.stdout)["tasks"][0]["cache_hit"] is False
+    assert entry_problem(entry) is None
+
+
+def test_an_evaluate_run_file_with_the_wrong_keys_is_run_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparseloom.evaluation.harness import POLICY_RUN_KEYS, RunCache
+
+    cache = RunCache(tmp_path)
+    good = {"throughput_rps": 1.0, "memory_bytes": 2.0, "violation_rate": 0.0,
+            "pipeline_share": 0.5, "valid": True,
+            "tasks": [{"task": "t", "accuracy": 0.9, "p90_ms": 1.0}]}
+    cache.put("good", good)
+    assert cache.get("good", POLICY_RUN_KEYS) == good
+    assert capsys.readouterr().err == ""
+    (tmp_path / "foreign.json").write_text('{"rps": 3}')
+    (tmp_path / "rows.json").write_text(json.dumps(good | {"tasks": [{"name": "t"}]}))
+    (tmp_path / "cut.json").write_text('{"throughput')
+    for key in ("foreign", "rows"):
+        assert cache.get(key, POLICY_RUN_KEYS) is None
+        err = capsys.readouterr().err
+        assert err.startswith("Warning: run file") and f"{key}.json" in err, err
+    assert cache.get("cut") is None  # cut short mid-write: run again, as before
+    assert cache.get("absent") is None

@@ -76,3 +76,22 @@ def test_updates_merge_and_lose_nothing(tmp_path) -> None:
     MetricStore(store.path).add({(1, 1): 0.25}, seconds=3.0, passes=2)
     assert store.load() == {(0, 1): 0.5, (1, 1): 0.25}
     assert store.seconds_per_pass() == pytest.approx(1.0)
+
+
+def test_the_store_keeps_the_cache_folders_permissions(tmp_path) -> None:
+    import stat
+
+    from sparseloom.zoo.metric_store import MetricStore
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)  # a group-shared cache folder
+    store = MetricStore(shared / "m.json", {"k": 1})
+    store.add({(0, 1): 0.5})
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o664  # not mkstemp's private 0600
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    mine = MetricStore(private / "m.json", {"k": 1})
+    mine.add({(0, 1): 0.5})
+    assert stat.S_IMODE(mine.path.stat().st_mode) == 0o600
+    assert MetricStore(shared / "m.json").load() == {(0, 1): 0.5}
