@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 
-from sparseloom.core.errors import BackendError
-from sparseloom.core.processors import get_backend
-from sparseloom.core.types import SLO
+from sparseloom.core.errors import BackendError, RuntimeServeError
+from sparseloom.core.processors import get_backend, get_processor
+from sparseloom.core.types import SLO, Processor
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.worker import ModelKey, ProcessorWorker, ResidentModel
 
@@ -204,3 +204,28 @@ def rss_bytes() -> int:
     import os
 
     return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def profile_processors(profile: Any, names: Sequence[str] = ()) -> list[Processor]:
+    """The processors a profile was measured on (with its pinning), or the ``names`` given.
+
+    :raises RuntimeServeError: a processor the profile holds is not there any more, or a
+        named one was not profiled.
+    """
+    configs = {str(c["spec"]).partition("?")[0]: c["spec"]
+               for c in profile.meta.get("processor_config", [])}
+    wanted = [str(n) for n in names] or list(profile.processors)
+    out = []
+    for name in wanted:
+        base = name.partition("?")[0]
+        if base not in profile.processors:
+            raise RuntimeServeError(
+                f"processor {base!r} was not profiled; the profile of {profile.workload!r} "
+                f"holds {', '.join(profile.processors)} (profile again with -p {base})")
+        processor = get_processor(name if "?" in name else configs.get(base, base))
+        if not processor.available:
+            raise RuntimeServeError(f"processor {processor.name} of the plan is not available "
+                                    f"here ({processor.reason or 'it did not answer'}); "
+                                    f"choose others with --processor")
+        out.append(processor)
+    return out

@@ -36,6 +36,7 @@ from sparseloom.core.errors import RuntimeServeError
 from sparseloom.core.types import SLO
 from sparseloom.runtime import switching
 from sparseloom.runtime.executor import Runtime, RuntimeOptions
+from sparseloom.runtime.models import profile_processors
 from sparseloom.runtime.stats import ServerStats, server_stats
 
 #: Requests of one task admitted and not yet ended before ``submit`` raises ``Overloaded``.
@@ -100,10 +101,10 @@ class Server:
         """
         if self._runtime is not None:
             raise RuntimeServeError("this server was already started; make a new Server")
-        from sparseloom.api import build_profile, load_workload
         from sparseloom.plan.api import make_plan
+        from sparseloom.profile.builder import build_profile
         from sparseloom.runtime.models import RuntimeTask
-        from sparseloom.runtime.session import profile_processors
+        from sparseloom.workload.load import load_workload
         from sparseloom.zoo.load import load_zoo
         from sparseloom.zoo.options import zoo_directory
 

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from sparseloom.core.errors import RuntimeServeError
-from sparseloom.core.processors import get_processor
-from sparseloom.core.types import SLO, Processor
+from sparseloom.core.types import SLO
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.load import LoadSpec, offer
+from sparseloom.runtime.models import profile_processors as profile_processors  # re-export
 from sparseloom.runtime.models import resident_bytes, rss_bytes
 from sparseloom.runtime.records import RecordStream, RequestRecord
+from sparseloom.runtime.server import DEFAULT_MAX_QUEUED, Server
 from sparseloom.runtime.summary import RunSummary, records, request_record, summarize
 from sparseloom.workload.arguments import (
     instance_field,
@@ -81,31 +82,6 @@ class RunResult:
     preload: Any
 
 
-def profile_processors(profile: Any, names: Sequence[str] = ()) -> list[Processor]:
-    """The processors a profile was measured on (with its pinning), or the ``names`` given.
-
-    :raises RuntimeServeError: a processor the profile holds is not there any more, or a
-        named one was not profiled.
-    """
-    configs = {str(c["spec"]).partition("?")[0]: c["spec"]
-               for c in profile.meta.get("processor_config", [])}
-    wanted = [str(n) for n in names] or list(profile.processors)
-    out = []
-    for name in wanted:
-        base = name.partition("?")[0]
-        if base not in profile.processors:
-            raise RuntimeServeError(
-                f"processor {base!r} was not profiled; the profile of {profile.workload!r} "
-                f"holds {', '.join(profile.processors)} (profile again with -p {base})")
-        processor = get_processor(name if "?" in name else configs.get(base, base))
-        if not processor.available:
-            raise RuntimeServeError(f"processor {processor.name} of the plan is not available "
-                                    f"here ({processor.reason or 'it did not answer'}); "
-                                    f"choose others with --processor")
-        out.append(processor)
-    return out
-
-
 def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunResult:
     """Serve ``workload`` from ``profile`` through a :class:`~sparseloom.Server`, offer the
     load and summarise the run.
@@ -113,8 +89,6 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
     :raises RuntimeServeError: a task, processor or arrival order the run cannot serve.
     :raises PlanError, UnknownNameError: from planning (bad SLO, unknown policy, budget).
     """
-    from sparseloom.runtime.server import DEFAULT_MAX_QUEUED, Server
-
     config = config or RunConfig()
     spec = config.load
     order = spec.arrival_order
