@@ -67,21 +67,9 @@ def _read_inputs(path: Path, ranks: dict[str, int]) -> dict[str, Any]:
     """
     import numpy as np
 
-    fix = "write one array per input name with numpy.savez(path, name=array)"
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-    except OSError as error:
-        raise ConfigError(f"cannot read inputs from {str(path)!r}: {error.strerror or error}; "
-                          "check the path and its permissions") from None
-    if magic != b"PK\x03\x04":  # np.load takes any other bytes for a pickle
-        raise ConfigError(f"cannot read inputs from {str(path)!r}: it is not an .npz archive "
-                          f"(a zip file; it starts with {magic!r}); {fix}")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except Exception as error:  # ValueError, zipfile.BadZipFile, EOFError, ...
-        raise ConfigError(f"cannot read inputs from {str(path)!r}: {error}; {fix}") from None
+    from sparseloom.workload.build import read_npz
+
+    arrays = read_npz(path, "--input")
     for name, array in arrays.items():
         if ranks.get(name) == 0 and array.ndim == 0:
             continue

@@ -84,6 +84,18 @@ def profiled_processors(profile: ProfileTable, chosen: Sequence[Any] | None = No
     return found
 
 
+def check_plan_processors(plan: Plan, profile: ProfileTable, policy: str) -> None:
+    """Refuse a plan that puts a subgraph on a processor the profile does not hold, naming the
+    policy, the task and the processor (a serving error would not say who chose it)."""
+    for task in plan.variants:
+        unknown = [p for p in plan.processors_of(task) if p not in profile.processors]
+        if unknown:
+            raise PlanError(
+                f"policy {policy!r} placed task {task!r} on {', '.join(map(repr, unknown))}, "
+                f"which the profile of {profile.workload!r} does not hold (it holds "
+                f"{', '.join(profile.processors)}); fix the policy, or profile that processor")
+
+
 def make_plan(
     profile: ProfileTable,
     *,
@@ -114,5 +126,6 @@ def make_plan(
     if not isinstance(plan, Plan):
         raise PlanError(f"policy {policy!r} returned {type(plan).__name__}, not a Plan; fix the "
                         "plugin that registers it (see `sparseloom plugins`)")
+    check_plan_processors(plan, profile, policy)
     return PlanResult(plan, preload(profile, plan, budget=memory_budget), sources,
                       implementation, resolved)

@@ -243,14 +243,31 @@ def describe_model(model: Path) -> dict[str, Any]:
             "output_shapes": output_shapes}
 
 
-def _read_npz(path: Path, what: str, task: str) -> dict[str, np.ndarray]:
+def read_npz(path: Path, where: str) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` at ``path``; a :class:`ConfigError` starting with ``where``.
+
+    A file that is not a zip archive is called that (``np.load`` would take it for a pickle
+    and speak of "pickled (object) data").
+    """
+    fix = "write one array per name with numpy.savez(path, name=array, ...)"
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read {path}: {error.strerror or error}; check the "
+                          "path and its permissions") from None
+    if magic != b"PK\x03\x04":
+        raise ConfigError(f"{where}: {path} is not an .npz archive (a zip file; it starts with "
+                          f"{magic!r}); {fix}")
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-    except Exception as error:
-        raise ConfigError(
-            f"task {task!r}: {what} file {path} is not a readable .npz: {error}"
-        ) from None
+    except Exception as error:  # BadZipFile, EOFError, ValueError (object arrays), ...
+        raise ConfigError(f"{where}: {path} is not a readable .npz: {error}; {fix}") from None
+
+
+def _read_npz(path: Path, what: str, task: str) -> dict[str, np.ndarray]:
+    return read_npz(path, f"task {task!r}: {what} file")
 
 
 def _check_arrays(
