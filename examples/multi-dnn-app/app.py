@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import sparseloom
+from sparseloom.cli.run import load_profiled
 
 #: Requests per second each kind of client sends (others: DEFAULT_RATE).
 RATES = {"vision": 30.0, "speech": 10.0, "sentiment": 5.0, "activity": 20.0}
@@ -107,12 +108,13 @@ def main() -> None:
                         help="The new latency SLO as a fraction of the old.")
     args = parser.parse_args()
 
-    workload = sparseloom.load_workload(args.workload)
+    # The workload and the profile `sparseloom run` uses (its [profile] options; cached).
+    workload, profile = load_profiled(args.workload, progress=True)
     names = list(workload.task_names)
     change = args.change or ("vision" if "vision" in names else names[0])
     print(f"planning and preloading {', '.join(names)} (the first run builds and profiles "
           f"the workload; later runs read the cache) ...")
-    with sparseloom.Server(workload, progress=True) as server:
+    with sparseloom.Server(workload, profile, progress=True) as server:
         before = {name: server.stats().tasks[name].slo for name in names}
         stop = threading.Event()
         clients = {task.name: Client(server, task, RATES.get(task.name, DEFAULT_RATE), stop,
