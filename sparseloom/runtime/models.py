@@ -18,7 +18,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.errors import BackendError, RuntimeServeError
-from sparseloom.core.processors import get_backend, get_processor
+from sparseloom.core.processors import discover_processors, get_backend, get_processor
 from sparseloom.core.types import SLO, Processor
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.worker import ModelKey, ProcessorWorker, ResidentModel
@@ -219,9 +219,12 @@ def profile_processors(profile: Any, names: Sequence[str] = ()) -> list[Processo
     for name in wanted:
         base = name.partition("?")[0]
         if base not in profile.processors:
+            here = {p.name for p in discover_processors() if p.available}
+            fix = (f"profile again with -p {base}" if base in here else
+                   f"{base} is not an available processor here, see `sparseloom devices`")
             raise RuntimeServeError(
                 f"processor {base!r} was not profiled; the profile of {profile.workload!r} "
-                f"holds {', '.join(profile.processors)} (profile again with -p {base})")
+                f"holds {', '.join(profile.processors)} (choose among them, or {fix})")
         processor = get_processor(name if "?" in name else configs.get(base, base))
         if not processor.available:
             raise RuntimeServeError(f"processor {processor.name} of the plan is not available "

@@ -219,3 +219,20 @@ def test_an_evaluate_run_file_with_the_wrong_keys_is_run_again(
         assert err.startswith("Warning: run file") and f"{key}.json" in err, err
     assert cache.get("cut") is None  # cut short mid-write: run again, as before
     assert cache.get("absent") is None
+
+
+# -- 9. messages name the real cause -----------------------------------------------------------
+
+
+def test_messages_name_the_real_cause_and_a_fix_that_works(tmp_path: Path) -> None:
+    line = refused(run_cli(["run", "tiny", "-p", "foo:CPU", "--queries", "5"]), "'foo:CPU'",
+                   "not an available processor here", "sparseloom devices", "ov:CPU")
+    assert "profile again" not in line  # `profile -p foo:CPU` would fail too
+    model = _scalar_input_model(tmp_path / "scaled.onnx")
+    (tmp_path / "data.npz").write_text("x,labels\n1,0\n")
+    (tmp_path / "w.toml").write_text('name = "w"\n[[task]]\nname = "t"\n'
+                                     'model = "scaled.onnx"\ndata = "data.npz"\n')
+    line = refused(run_cli(["workloads", "build", tmp_path / "w.toml"]), "data.npz",
+                   "not an .npz archive", "numpy.savez")
+    assert "pickle" not in line
+    assert model.is_file()
