@@ -15,12 +15,16 @@ def sparseloom_register_policies(register: RegisterFn) -> None:
     """Register SparseLoom's optimizer, the contention-aware one and the six baselines."""
     from sparseloom.plugins.policies.baselines import BASELINES
     from sparseloom.plugins.policies.contention import ContentionPolicy
+    from sparseloom.plugins.policies.loaded import LoadedPolicy
     from sparseloom.plugins.policies.sparseloom import SparseLoomPolicy, repeat_policy
 
     register("sparseloom", SparseLoomPolicy, capabilities=("stitched", "partitioned"),
              description="SparseLoom Alg. 1: global order + fastest stitched variant in SLO")
     register("sparseloom-repeat", repeat_policy, capabilities=("stitched", "partitioned"),
              description="Alg. 1 over every assignment, repeats allowed (not the paper's Ω)")
+    register("sparseloom-loaded", LoadedPolicy, capabilities=("stitched", "partitioned"),
+             description="stitched variants + per-task processor sets for the joint load "
+                         "(beyond the paper)")
     register("sparseloom-contention", ContentionPolicy,
              capabilities=("stitched", "partitioned", "contention"),
              description="order + stitched variants for loaded latency (closed-loop MVA)")

@@ -1,0 +1,175 @@
+"""``sparseloom-loaded``: SparseLoom's variant choice, placed for the load the tasks make together.
+
+Beyond the paper. Algorithm 1 ranks processor orders by the mean *isolated* latency of the
+tasks; served together, the tasks queue at the processors they share, and with one request in
+flight per task (the paper's closed loop) the run ends when the busiest processor, or the
+longest chain, does. This policy keeps what Algorithm 1 gets right — every task runs a stitched
+variant that meets its accuracy SLO (accuracy is never given up for latency) — and chooses each
+task's variant *and processor set* for the load:
+
+1. The global order p* is Algorithm 1's (the paper's Ω, each processor once).
+2. Each task either spans p* (its positions on p*'s processors, as in the paper) or keeps its
+   whole chain on one processor — p* restricted to one processor, so a short task never waits
+   behind a long task's stages and a chain that stays put pays no hand-off.
+3. Per placement, the variants meeting the accuracy SLO are reduced to the Pareto front of
+   (work on each processor, chain latency); a beam search over the tasks (longest first) picks
+   one option per task minimising, in order: the tasks whose *loaded* latency estimate misses
+   their latency SLO; the closed-loop makespan per round of requests, ``max(busiest processor's
+   summed stage time, longest chain)``; the summed loaded latency; the total work.
+
+The loaded latency of a task is its chain plus one stage of every other task on each processor
+it uses (with one request in flight per task, at most that much is queued ahead of it); it is
+what the plan reports as ``estimated_latency_ms``, so the runtime's feedback compares it with
+the observed latency like with like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from sparseloom.core.types import SLO, Plan
+from sparseloom.plan.feasible import TaskChoice, accuracy_rows, build_plan, order_text
+from sparseloom.plan.orders import handoff_per_order, paper_orders
+from sparseloom.plan.policy import ProfilePolicy
+from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
+from sparseloom.profile.table import ProfileTable, TaskProfile
+
+#: Partial assignments kept per step of the beam search (4 tasks × ~10 options each are
+#: searched exhaustively well within this; 16 tasks plan in milliseconds).
+BEAM = 256
+
+
+@attrs.frozen
+class Option:
+    """One way to serve a task: a stitched-variant row under a placement.
+
+    Attributes:
+        row: the stitched-variant row.
+        placement: the processor index of each position.
+        work_ms: summed stage time on each processor, (P,).
+        chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
+        longest_ms: the longest stage on each processor, (P,) (0 where unused).
+    """
+
+    row: int
+    placement: tuple[int, ...]
+    work_ms: np.ndarray = attrs.field(eq=False)
+    chain_ms: float
+    longest_ms: np.ndarray = attrs.field(eq=False)
+
+
+def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],
+                 n_processors: int) -> list[Option]:
+    """The Pareto-minimal options of ``rows`` under ``placements`` (work per processor, chain)."""
+    choices = profile.choices(rows)
+    options: list[Option] = []
+    for placement in placements:
+        order = np.asarray(placement, dtype=np.int64)
+        stages = np.stack([profile.latency_ms[j][choices[:, j], order[j]]
+                           for j in range(profile.n_positions)], axis=1)  # (n, S)
+        chain = profile.apply_chain_fit(stages.sum(axis=1)
+                                        + handoff_per_order(profile, order[None, :])[0])
+        work = np.zeros((len(rows), n_processors))
+        longest = np.zeros((len(rows), n_processors))
+        for j, processor in enumerate(order):
+            work[:, processor] += stages[:, j]
+            longest[:, processor] = np.maximum(longest[:, processor], stages[:, j])
+        keys = np.column_stack([work, chain])
+        for index in _pareto(keys):
+            options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
+                                  float(chain[index]), longest[index]))
+    return options
+
+
+def _pareto(points: np.ndarray) -> list[int]:
+    """Indices of the rows of ``points`` no other row is at most in every column and below in
+    one (ties keep the first)."""
+    order = np.lexsort(points.T[::-1])
+    kept: list[int] = []
+    for index in order:
+        point = points[index]
+        if not any(np.all(points[k] <= point) for k in kept):
+            kept.append(int(index))
+    return kept
+
+
+def loaded_latency(options: Sequence[Option]) -> np.ndarray:
+    """Each chosen option's chain plus one stage of every other task on its processors."""
+    longest = np.stack([o.longest_ms for o in options])  # (T, P)
+    total = longest.sum(axis=0)
+    out = []
+    for t, option in enumerate(options):
+        used = np.unique(option.placement)
+        out.append(option.chain_ms + float((total[used] - longest[t, used]).sum()))
+    return np.asarray(out)
+
+
+def choose(options: Sequence[Sequence[Option]], slo_ms: Sequence[float]
+           ) -> tuple[list[Option], np.ndarray]:
+    """One option per task by beam search (see the module doc); returns them and their loaded
+    latencies."""
+    n_processors = len(options[0][0].work_ms)
+    ranked = sorted(range(len(options)), key=lambda t: -min(o.chain_ms for o in options[t]))
+    beam: list[tuple[Option, ...]] = [()]
+    for depth, t in enumerate(ranked):
+        grown = [(*partial, option) for partial in beam for option in options[t]]
+
+        def score(partial: tuple[Option, ...], depth: int = depth) -> tuple[float, ...]:
+            tasks = [ranked[k] for k in range(depth + 1)]
+            latency = loaded_latency(partial)
+            missed = sum(1 for k, lat in zip(tasks, latency, strict=True) if lat > slo_ms[k])
+            work = np.sum([o.work_ms for o in partial], axis=0) if partial else \
+                np.zeros(n_processors)
+            makespan = max(float(work.max()), max(o.chain_ms for o in partial))
+            return (missed, makespan, float(latency.sum()), float(work.sum()))
+
+        grown.sort(key=score)
+        beam = grown[:BEAM]
+    best = beam[0]
+    chosen: list[Option] = [best[0]] * len(options)
+    for k, t in enumerate(ranked):
+        chosen[t] = best[k]
+    return chosen, loaded_latency(chosen)
+
+
+@attrs.define(eq=False)
+class LoadedPolicy(ProfilePolicy):
+    """Variants and per-task processor sets planned for the tasks' joint load (module doc)."""
+
+    name: str = attrs.field(default="sparseloom-loaded", init=False)
+
+    def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
+        """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
+        positions = common_positions(table)
+        count = len(table.processors)
+        order, _ = algorithm1(table, slos, paper_orders(positions, range(count)))
+        placements = [tuple(int(p) for p in order)]
+        placements += [(int(p),) * positions for p in dict.fromkeys(order.tolist())
+                       if (int(p),) * positions != placements[0]]
+        names = list(table.tasks)
+        per_task = []
+        for name in names:
+            profile = table.task(name)
+            rows = accuracy_rows(profile, slos[name])
+            if rows.size == 0:  # none meets it: the most accurate, never a faster one
+                rows = np.array([int(np.argmax(profile.accuracy()))])
+            per_task.append(task_options(profile, rows, placements, count))
+        chosen, latency = choose(per_task, [slos[n].latency_ms for n in names])
+        choices = {}
+        for name, option, loaded in zip(names, chosen, latency, strict=True):
+            slo = slos[name]
+            accurate = table.task(name).accuracy()[option.row] >= slo.accuracy
+            reason = ""
+            if not accurate:
+                reason = (f"accuracy unreachable: no stitched variant reaches {slo.accuracy:.4f}; "
+                          f"serving the most accurate")
+            elif loaded > slo.latency_ms:
+                reason = (f"latency unreachable under load: {loaded:.3f} ms estimated with the "
+                          f"other tasks sharing {order_text(table, option.placement)}, SLO "
+                          f"{slo.latency_ms:.3f} ms")
+            choices[name] = TaskChoice(name, option.row, option.placement, loaded,
+                                       not reason, reason)
+        return build_plan(self.name, table, choices, order, slos, 0.0)
