@@ -204,6 +204,8 @@ def task_view(runtime: Runtime, name: str, serving: bool, now: float) -> TaskVie
     slo = runtime.slos[name]
     done = np.sort(latency[~np.isnan(latency)])
     recent_s = min(LIVE_S, max(now - runtime.started_s, 1e-9))
+    if len(ended) == LIVE_REQUESTS and now - ended[0] < recent_s:
+        recent_s = max(now - ended[0], 1e-9)  # a fast task: the window spans less than LIVE_S
     finished = ended[~np.isnan(latency)]
     rate = float(np.count_nonzero(finished >= now - recent_s)) / recent_s
     with np.errstate(invalid="ignore"):
