@@ -59,8 +59,16 @@ def distance_to_slo(accuracy: np.ndarray, latency_ms: np.ndarray, slo: SLO) -> n
 
 
 def closest_row(profile: TaskProfile, slo: SLO, latency_ms: np.ndarray) -> int:
-    """The row closest to ``slo`` given every row's latency (V**S,) under one order."""
-    distance = distance_to_slo(profile.accuracy(), latency_ms, slo)
+    """The row closest to ``slo`` given every row's latency (V**S,) under one order.
+
+    A met accuracy SLO is never given up for a latency SLO that cannot be met: when any row
+    meets the accuracy SLO, the closest is the fastest of those.
+    """
+    accuracy = profile.accuracy()
+    distance = distance_to_slo(accuracy, latency_ms, slo)
+    accurate = accuracy >= slo.accuracy
+    if accurate.any():
+        distance = np.where(accurate, distance, np.inf)
     return int(np.lexsort((latency_ms, distance))[0])
 
 

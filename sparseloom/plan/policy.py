@@ -5,15 +5,19 @@ processors and tasks, and one SLO per task → :class:`Plan`). The base class re
 :meth:`plan` was given, times the decision, and implements ``on_feedback``:
 
 * a processor reported down is dropped and the plan is made again without it;
-* a task whose observed latency violates its SLO gets its latency estimates (every subgraph
-  and hand-off of that task) scaled by observed / estimated, and the plan is made again —
-  the profile was measured in isolation, the runtime's figure includes what it shares;
+* every task's observed window statistic, against what the running plan predicted, sets a
+  factor on that task's measured latencies (replaced each time, never compounded, so it falls
+  when the load does) — the profile was measured in isolation, the runtime's figure includes
+  what it shares;
+* a violation re-plans with those factors, at most once per :data:`DWELL_S`, and the new plan
+  is taken only when it predicts a violating task :data:`MIN_GAIN` faster than observed;
 * ``None`` is returned when nothing is reported, or when the new plan chooses the same
   variants and processors as the running one.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +29,12 @@ from sparseloom.core.types import SLO, Feedback, Plan
 from sparseloom.plan.feasible import check_slos, restrict_profile
 from sparseloom.profile.table import ProfileTable
 
+#: Seconds a plan serves before feedback may replace it (hysteresis: windows of 20 requests
+#: come every few ms on the bundled tasks, and a switch that loads models costs 50–390 ms).
+DWELL_S = 1.0
+#: A re-plan is taken only when it predicts a violating task at least this much faster than
+#: observed.
+MIN_GAIN = 0.1
 
 def processor_names(processors: Sequence[Any] | None, table: ProfileTable) -> list[str]:
     """Names of ``processors`` (records or names); the table's own when ``None`` or empty."""
@@ -51,6 +61,10 @@ class ProfilePolicy:
     _slos: dict[str, SLO] = attrs.field(factory=dict, init=False)
     _processors: list[str] = attrs.field(factory=list, init=False)
     _current: Plan | None = attrs.field(default=None, init=False)
+    _previous: Plan | None = attrs.field(default=None, init=False)
+    _factors: dict[str, float] = attrs.field(factory=dict, init=False)
+    _planned_factors: dict[str, float] = attrs.field(factory=dict, init=False)
+    _since_s: float = attrs.field(factory=time.monotonic, init=False)
 
     def plan(self, tasks: Sequence[str], profile: ProfileTable, processors: Sequence[Any],
              slos: Mapping[str, SLO]) -> Plan:
@@ -64,38 +78,56 @@ class ProfilePolicy:
         return self._replan()
 
     def on_feedback(self, observations: Feedback) -> Plan | None:
-        """Re-plan after a violation or a processor failure; ``None`` when nothing changes."""
+        """Re-plan after a violation or a processor failure; ``None`` when nothing changes.
+
+        Like is compared with like: each task's observed window statistic against what the
+        running plan predicted for it, as a factor on the task's latencies relative to the
+        *measured* profile (replaced, never compounded; it falls again when the load does).
+        A violation re-plans only after the running plan has served :data:`DWELL_S`, and the
+        new plan is taken only when it predicts a violating task at least :data:`MIN_GAIN`
+        faster than observed: one slow window does not move the plan, and two plans never
+        alternate window by window.
+        """
         if self._table is None or self._current is None:
             raise PlanError(f"policy {self.name!r} got feedback before it made a plan; call "
                             "plan() first")
-        changed = False
         down = [p for p in observations.down_processors if p in self._processors]
         if down:
             self._processors = [p for p in self._processors if p not in down]
-            changed = True
-        for task, violated in observations.violated.items():
-            observed = observations.latency_ms.get(task)
-            estimated = self._current.estimated_latency_ms.get(task)
-            if not violated or task not in self._table.tasks or not observed or not estimated:
+            return self._switch_to(self._replan())
+        violating = []
+        for task, observed in observations.latency_ms.items():
+            predicted = self._current.estimated_latency_ms.get(task)
+            if task not in self._table.tasks or not observed or not predicted:
                 continue
-            factor = float(observed) / float(estimated)
-            if factor > 0 and abs(factor - 1.0) > 1e-6:
-                self._table = _scaled(self._table, task, factor)
-                changed = True
-        if not changed:
+            measured = float(predicted) / self._planned_factors.get(task, 1.0)
+            self._factors[task] = float(observed) / measured if measured > 0 else 1.0
+            if observations.violated.get(task):
+                violating.append(task)
+        if not violating or time.monotonic() - self._since_s < DWELL_S:
             return None
-        previous = self._current
+        running = (self._current, self._previous, dict(self._planned_factors))
         fresh = self._replan()
-        same = (fresh.variants == previous.variants
-                and all(fresh.processors_of(t) == previous.processors_of(t)
-                        for t in fresh.variants))
-        return None if same else fresh
+        gains = [task for task in violating
+                 if fresh.estimated_latency_ms.get(task, math.inf)
+                 <= (1 - MIN_GAIN) * observations.latency_ms[task]]
+        if not gains or _same_paths(fresh, running[0]):
+            # Keep predicting what really runs, with the factors it was planned under.
+            self._current, self._previous, self._planned_factors = running
+            return None
+        return self._switch_to(fresh)
+
+    def _switch_to(self, fresh: Plan) -> Plan | None:
+        self._since_s = time.monotonic()
+        return None if _same_paths(fresh, self._previous) else fresh
 
     def _replan(self) -> Plan:
         assert self._table is not None
-        table = restrict_profile(self._table, self._processors)
+        table = restrict_profile(_scaled(self._table, self._factors), self._processors)
         started = time.perf_counter()
         made = self.decide(table, self._slos)
+        self._previous = self._current
+        self._planned_factors = dict(self._factors)
         self._current = attrs.evolve(made, policy=self.name or made.policy,
                                      decision_seconds=time.perf_counter() - started)
         return self._current
@@ -105,10 +137,23 @@ class ProfilePolicy:
         raise NotImplementedError
 
 
-def _scaled(table: ProfileTable, task: str, factor: float) -> ProfileTable:
-    profile = table.task(task)
+def _scaled(table: ProfileTable, factors: Mapping[str, float]) -> ProfileTable:
+    """``table`` with each task's latencies and hand-offs times its factor (1 when absent)."""
+    if not any(abs(f - 1.0) > 1e-9 for f in factors.values()):
+        return table
     tasks = dict(table.tasks)
-    tasks[task] = attrs.evolve(profile, latency_ms=profile.latency_ms * factor,
-                               latency_median_ms=profile.latency_median_ms * factor,
-                               handoff_ms=profile.handoff_ms * factor)
+    for task, factor in factors.items():
+        if task in tasks and factor > 0:
+            profile = tasks[task]
+            tasks[task] = attrs.evolve(profile, latency_ms=profile.latency_ms * factor,
+                                       latency_median_ms=profile.latency_median_ms * factor,
+                                       handoff_ms=profile.handoff_ms * factor)
     return ProfileTable(table.workload, table.processors, tasks, table.meta)
+
+
+def _same_paths(one: Plan | None, other: Plan | None) -> bool:
+    """Whether two plans run the same variants on the same processors."""
+    if one is None or other is None:
+        return False
+    return one.variants == other.variants and all(
+        one.processors_of(t) == other.processors_of(t) for t in one.variants)

@@ -141,3 +141,14 @@ def test_paper_orders_use_each_processor_once() -> None:
     assert sorted(map(tuple, paper_orders(3, [0, 1]).tolist())) == [
         (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0)]
     assert paper_orders(2, [0]).tolist() == [[0, 0]]
+
+
+def test_a_met_accuracy_slo_is_never_traded_for_an_unreachable_latency() -> None:
+    # Variant 0: accurate (0.9) and 10 ms; variant 1: 1 ms but 0.5, below the 0.8 SLO. No
+    # variant reaches 2 ms at 0.8; by the SLO distance alone variant 1 is "closer" (0.375
+    # short on accuracy against 4× over on latency), but the accuracy SLO must be kept.
+    table = ProfileTable("hand", ["a", "b"], {"x": two_variant_task("x", (0.9, 0.5))})
+    plan = SparseLoomPolicy().plan(["x"], table, ["a", "b"], {"x": SLO(0.8, 2.0)})
+    assert plan.variants["x"].choices == (0,)
+    assert not plan.feasible["x"]
+    assert plan.infeasible_reason["x"].startswith("latency unreachable")
