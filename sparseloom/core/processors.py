@@ -37,7 +37,7 @@ from urllib.parse import parse_qsl
 import attrs
 
 from sparseloom.core.errors import BackendError, ConfigError, UnknownNameError
-from sparseloom.core.types import Processor
+from sparseloom.core.types import Processor, as_dict
 
 if TYPE_CHECKING:
     pass
@@ -57,7 +57,7 @@ class ProcessorSpec:
     threads: int | None = None
     cores: tuple[int, ...] | None = None
     streams: int | None = None
-    options: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
+    options: Mapping[str, str] = attrs.field(factory=dict, converter=as_dict, hash=False)
 
     @property
     def name(self) -> str:

@@ -43,6 +43,18 @@ def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
+def as_tuple(values: Iterable[Any]) -> tuple[Any, ...]:
+    """An attrs converter: any iterable as a ``tuple`` (``converter=tuple``, in a form type
+    checkers read)."""
+    return tuple(values)
+
+
+def as_dict(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    """An attrs converter: a mapping as a plain ``dict`` (``converter=dict`` would do the same,
+    but its overloads make type checkers reject every mapping passed to the record)."""
+    return dict(value)
+
+
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{attribute.name} must lie in [0, 1], got {value!r}")
@@ -59,15 +71,21 @@ def _slo_latency(instance: Any, attribute: attrs.Attribute, value: float) -> Non
                           f"{MAX_SLO_LATENCY_MS:g}], got {value!r}")
 
 
-def _number(name: str) -> Callable[[Any], float]:
-    """A converter to ``float`` that refuses what is not a real number (a string, a bool)."""
-    def convert(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ArgumentError(f"SLO {name} must be a number, got {value!r} "
-                                f"({type(value).__name__})")
-        return float(value)
+def _real(value: Any, name: str) -> float:
+    """``value`` as a ``float``; :class:`ArgumentError` for what is not a real number (a
+    string, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"SLO {name} must be a number, got {value!r} "
+                            f"({type(value).__name__})")
+    return float(value)
 
-    return convert
+
+def _accuracy(value: Any) -> float:
+    return _real(value, "accuracy")
+
+
+def _latency_ms(value: Any) -> float:
+    return _real(value, "latency_ms")
 
 
 @attrs.frozen
@@ -119,8 +137,8 @@ class SLO:
         latency_ms: the highest acceptable end-to-end latency of one request, in ms.
     """
 
-    accuracy: float = attrs.field(converter=_number("accuracy"), validator=_finite_fraction)
-    latency_ms: float = attrs.field(converter=_number("latency_ms"), validator=_slo_latency)
+    accuracy: float = attrs.field(converter=_accuracy, validator=_finite_fraction)
+    latency_ms: float = attrs.field(converter=_latency_ms, validator=_slo_latency)
 
 
 @attrs.frozen
@@ -149,7 +167,7 @@ class Processor:
     full_name: str = ""
     available: bool = True
     reason: str = ""
-    options: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
+    options: Mapping[str, str] = attrs.field(factory=dict, converter=as_dict, hash=False)
 
 
 @attrs.frozen
@@ -210,19 +228,21 @@ class Plan:
 
     policy: str
     order: tuple[str, ...] = attrs.field(converter=_str_tuple)
-    variants: Mapping[str, StitchedVariant] = attrs.field(factory=dict, converter=dict, hash=False)
+    variants: Mapping[str, StitchedVariant] = attrs.field(
+        factory=dict, converter=as_dict, hash=False)
     estimated_latency_ms: Mapping[str, float] = attrs.field(
-        factory=dict, converter=dict, hash=False
+        factory=dict, converter=as_dict, hash=False
     )
-    estimated_accuracy: Mapping[str, float] = attrs.field(factory=dict, converter=dict, hash=False)
-    feasible: Mapping[str, bool] = attrs.field(factory=dict, converter=dict, hash=False)
-    infeasible_reason: Mapping[str, str] = attrs.field(factory=dict, converter=dict, hash=False)
-    accuracy_measured: Mapping[str, bool] = attrs.field(factory=dict, converter=dict, hash=False)
+    estimated_accuracy: Mapping[str, float] = attrs.field(
+        factory=dict, converter=as_dict, hash=False)
+    feasible: Mapping[str, bool] = attrs.field(factory=dict, converter=as_dict, hash=False)
+    infeasible_reason: Mapping[str, str] = attrs.field(factory=dict, converter=as_dict, hash=False)
+    accuracy_measured: Mapping[str, bool] = attrs.field(factory=dict, converter=as_dict, hash=False)
     assignment: Mapping[str, tuple[str, ...]] = attrs.field(
         factory=dict, converter=lambda value: {k: tuple(v) for k, v in dict(value).items()},
         hash=False,
     )
-    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=dict, hash=False)
+    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict, hash=False)
     decision_seconds: float = attrs.field(default=0.0, converter=float)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
@@ -247,6 +267,6 @@ class Feedback:
     """
 
     plan: Plan
-    latency_ms: Mapping[str, float] = attrs.field(factory=dict, converter=dict, hash=False)
-    violated: Mapping[str, bool] = attrs.field(factory=dict, converter=dict, hash=False)
+    latency_ms: Mapping[str, float] = attrs.field(factory=dict, converter=as_dict, hash=False)
+    violated: Mapping[str, bool] = attrs.field(factory=dict, converter=as_dict, hash=False)
     down_processors: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)

@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.errors import SimulationError
+from sparseloom.core.types import as_dict, as_tuple
 from sparseloom.profile.table import ProfileTable, TaskProfile
 
 
@@ -28,7 +29,7 @@ class DeviceProcessor:
     """One simulated processor: latency factors by kind, transfer cost, memory, source."""
 
     name: str
-    scale: dict[str, float] = attrs.field(converter=dict)
+    scale: dict[str, float] = attrs.field(converter=as_dict)
     transfer_ms: float = 0.0
     memory_bytes: int = 0
     source: str = ""
@@ -49,7 +50,7 @@ class DeviceFile:
 
     name: str
     reference: str
-    processors: tuple[DeviceProcessor, ...] = attrs.field(converter=tuple)
+    processors: tuple[DeviceProcessor, ...] = attrs.field(converter=as_tuple)
     description: str = ""
     path: str = ""
 
@@ -168,7 +169,7 @@ def load_device_file(name_or_path: str | os.PathLike[str]) -> DeviceFile:
     tables = document.get("processors")
     if not isinstance(tables, list) or not tables:
         raise SimulationError(f"device file {path} lists no [[processors]]")
-    kinds, seen = known_kinds(), set()
+    kinds, seen = known_kinds(), set[str]()
     processors = tuple(_device_processor(t, i, path, kinds, seen) for i, t in enumerate(tables))
     for key in ("name", "description"):
         if not isinstance(document.get(key, ""), str):

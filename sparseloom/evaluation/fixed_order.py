@@ -23,7 +23,7 @@ import numpy as np
 from sparseloom.core.errors import PlanError
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, Plan
+from sparseloom.core.types import SLO, Plan, as_tuple
 from sparseloom.plan.feasible import build_plan
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.profile.table import ProfileTable
@@ -40,7 +40,7 @@ class FixedOrderPolicy(ProfilePolicy):
         order: a processor name per subgraph position, e.g. ``("ov:CPU", "ort:CPU")``.
     """
 
-    order: tuple[str, ...] = attrs.field(default=(), converter=tuple, kw_only=True)
+    order: tuple[str, ...] = attrs.field(default=(), converter=as_tuple, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         self.name = FIXED_ORDER_POLICY

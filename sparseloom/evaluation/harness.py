@@ -30,7 +30,7 @@ import attrs
 from sparseloom.core.cache import cache_notice
 from sparseloom.core.errors import EvaluationError, SparseloomError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, as_tuple
 from sparseloom.evaluation.simulator import SimConfig, simulate
 from sparseloom.evaluation.vanilla import VANILLA_RUNNERS, run_vanilla, violations
 
@@ -56,9 +56,9 @@ class EvalConfig:
         seed: seeds the order sample and the runs' sample draws.
     """
 
-    contenders: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    exclude: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    slo_configs: tuple[int, ...] = attrs.field(default=(), converter=tuple)
+    contenders: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
+    exclude: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
+    slo_configs: tuple[int, ...] = attrs.field(default=(), converter=as_tuple)
     simulate_rest: bool = True
     orders: int | None = None
     queries: int = 100

@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import ConfigError
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, as_tuple
 from sparseloom.evaluation.contenders import HEADLINE, Contender, ServeContext
 
 #: The scenarios, in the order they run.
@@ -62,14 +62,14 @@ class BenchOptions:
         seed: seeds the eval rows (``seed + round``) and arrivals.
     """
 
-    scenarios: tuple[str, ...] = attrs.field(default=SCENARIOS, converter=tuple)
+    scenarios: tuple[str, ...] = attrs.field(default=SCENARIOS, converter=as_tuple)
     rounds: int = attrs.field(default=5, validator=attrs.validators.ge(1))
     capacity_rounds: int = attrs.field(default=2, validator=attrs.validators.ge(1))
     queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
     capacity_requests: int = attrs.field(default=500, validator=attrs.validators.ge(1))
     capacity_steps: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    ks: tuple[float, ...] = attrs.field(default=KS, converter=tuple)
-    baseline_ks: tuple[float, ...] = attrs.field(default=(5.0,), converter=tuple)
+    ks: tuple[float, ...] = attrs.field(default=KS, converter=as_tuple)
+    baseline_ks: tuple[float, ...] = attrs.field(default=(5.0,), converter=as_tuple)
     seed: int = 0
 
     def __attrs_post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
         spec = LoadSpec("closed", queries=options.queries, seed=options.seed + round_index)
         for contender in rotated(contenders, round_index):
             run = recorder.run("closed", contender, round_index,
-                               lambda c=contender, s=spec: serve_contender(context, c, s, slos))
+                               partial(serve_contender, context, contender, spec, slos))
             if run["valid"]:
                 values.setdefault(contender.name, {})[round_index] = \
                     run["figures"]["throughput_rps"]
@@ -99,9 +100,9 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
             for contender in playing:
                 if contender.name not in brackets:
                     run = recorder.run("capacity-bracket", contender, round_index,
-                                       lambda c=contender, v=slos: serve_contender(
-                                           context, c, LoadSpec("closed", queries=options.queries,
-                                                                seed=options.seed), v))
+                                       partial(serve_contender, context, contender,
+                                               LoadSpec("closed", queries=options.queries,
+                                                        seed=options.seed), slos))
                     rate = run["figures"].get("throughput_rps", math.nan)
                     brackets[contender.name] = 1.5 * rate / tasks if rate == rate else 100.0
             bounds = {c.name: [0.0, brackets[c.name]] for c in playing}
@@ -113,7 +114,7 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
                                     seed=options.seed + round_index)
                     run = recorder.run(
                         "capacity", contender, round_index,
-                        lambda c=contender, s=spec, v=slos: serve_contender(context, c, s, v),
+                        partial(serve_contender, context, contender, spec, slos),
                         k=k, rate=rate, step=step)
                     run["met"] = _meets(run)
                     bounds[contender.name] = [rate, high] if run["met"] else [low, rate]
@@ -166,7 +167,7 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
                 else:
                     run = recorder.run(
                         "grid", contender, round_index,
-                        lambda c=contender, v=slos, s=spec: serve_contender(context, c, s, v),
+                        partial(serve_contender, context, contender, spec, slos),
                         k=k, level=level)
                     shared = run if run["valid"] else None
                     rate = _judge(run, slos) if run["valid"] else math.nan

@@ -101,7 +101,7 @@ def sim_result(sim: Any, resident_bytes: int) -> SimResult:
 def pipeline_bound_rps(profile: ProfileTable, routes: Mapping[str, Any]) -> float:
     """T / (busiest processor's summed stage time) in requests/s, for routes with ``choices``
     and processor indices ``processors``; NaN without routes."""
-    load = collections.Counter()
+    load: dict[int, float] = collections.defaultdict(float)
     for name, route in routes.items():
         latency = profile.task(name).latency_ms
         for j, (choice, q) in enumerate(zip(route.choices, route.processors, strict=True)):

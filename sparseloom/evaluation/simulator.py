@@ -38,7 +38,7 @@ import attrs
 
 from sparseloom.core.errors import SimulationError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, Plan
+from sparseloom.core.types import SLO, Plan, as_dict, as_tuple
 from sparseloom.evaluation.simresult import (
     SimResult,
     SimTaskResult,
@@ -78,15 +78,15 @@ class SimConfig:
     """
 
     policy: str = "sparseloom"
-    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=dict)
+    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict)
     queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
-    arrival_order: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    arrival_order: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
     join_after: int | None = None
     memory_budget: float | int = 1.0
-    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
     monitor: bool = True
     window: int = WINDOW
-    slowdown: Mapping[str, float] = attrs.field(factory=dict, converter=dict)
+    slowdown: Mapping[str, float] = attrs.field(factory=dict, converter=as_dict)
     request_overhead_ms: float = attrs.field(default=REQUEST_OVERHEAD_MS,
                                              validator=attrs.validators.ge(0.0))
 

@@ -9,7 +9,7 @@ import attrs
 
 from sparseloom.core.errors import PlanError, SparseloomError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, Plan, Processor
+from sparseloom.core.types import SLO, Plan, Processor, as_dict
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plan.preload import Preload, preload
 from sparseloom.plan.slo_grid import grid_middle
@@ -35,9 +35,9 @@ class PlanResult:
 
     plan: Plan
     preload: Preload
-    slo_sources: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    slo_sources: Mapping[str, str] = attrs.field(factory=dict, converter=as_dict)
     policy: Any = attrs.field(default=None, eq=False)
-    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=dict)
+    slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict)
 
 
 def resolve_slos(profile: ProfileTable, slos: Mapping[str, SLO] | None,
@@ -53,8 +53,8 @@ def resolve_slos(profile: ProfileTable, slos: Mapping[str, SLO] | None,
     for name, task_profile in profile.tasks.items():
         if name in given:
             resolved[name], sources[name] = given[name], "cli"
-        elif (workload_slos or {}).get(name) is not None:
-            resolved[name], sources[name] = (workload_slos or {})[name], "workload"
+        elif (from_file := (workload_slos or {}).get(name)) is not None:
+            resolved[name], sources[name] = from_file, "workload"
         else:
             resolved[name], sources[name] = grid_middle(task_profile), "grid-middle"
     return resolved, sources

@@ -139,7 +139,7 @@ def restrict_profile(table: ProfileTable, processors: Sequence[str]) -> ProfileT
 
 
 def build_plan(policy: str, table: ProfileTable, choices: Mapping[str, TaskChoice],
-               order: Sequence[int], slos: Mapping[str, SLO],
+               order: Sequence[int] | np.ndarray, slos: Mapping[str, SLO],
                decision_seconds: float) -> Plan:
     """The :class:`Plan` of per-task ``choices`` under the global ``order`` (indices)."""
     names = table.processors

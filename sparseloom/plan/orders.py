@@ -28,7 +28,7 @@ import numpy as np
 from sparseloom.profile.table import TaskProfile
 
 
-def all_orders(n_positions: int, processors: Sequence[int]) -> np.ndarray:
+def all_orders(n_positions: int, processors: Sequence[int] | np.ndarray) -> np.ndarray:
     """Ω: every assignment of ``n_positions`` positions to ``processors`` (indices), (|Ω|, S).
 
     Rows are in lexicographic order of the processor indices given.
@@ -114,9 +114,9 @@ def best_per_order(
     h = _split(s, v, len(processors))
     prefix, _ = _part(profile, range(h), processors)  # (V**h, P**h)
     suffix, _ = _part(profile, range(h, s), processors)  # (V**(S-h), P**(S-h))
-    mask = np.zeros(profile.n_stitched, dtype=bool)
-    mask[rows] = True
-    mask = mask.reshape(v**h, v ** (s - h))
+    flat_mask = np.zeros(profile.n_stitched, dtype=bool)
+    flat_mask[rows] = True
+    mask = flat_mask.reshape(v**h, v ** (s - h))
     best = np.empty((prefix.shape[1], suffix.shape[1]))
     best_row = np.empty(best.shape, dtype=np.int64)
     columns = np.arange(suffix.shape[1])

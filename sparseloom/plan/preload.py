@@ -83,7 +83,8 @@ class Preload:
         return total
 
 
-def hotness(profile: TaskProfile, order: Sequence[int], grid: Sequence[SLO]) -> np.ndarray:
+def hotness(profile: TaskProfile, order: Sequence[int] | np.ndarray, grid: Sequence[SLO]
+            ) -> np.ndarray:
     """Hotness of every (position, variant) of a task under processor ``order``, (S, V)."""
     s, v = profile.n_positions, profile.n_variants
     accuracy, latency = profile.accuracy(), profile.latency_all(np.asarray(order))

@@ -325,7 +325,7 @@ def _accuracy_samples(
         values = np.array([report.metrics[c] for c in choices])
         # The cost of measuring them, also when another step (the Pareto analysis, a
         # validation) had already measured some into the zoo's metric store.
-        meta = {"seconds": report.cost_seconds, "passes": prefix_passes(choices),
+        meta: dict[str, Any] = {"seconds": report.cost_seconds, "passes": prefix_passes(choices),
                 "rows": report.rows}
         store.save(name, {"rows": rows, "metrics": values}, meta)
         cached = ({"rows": rows, "metrics": values}, meta)

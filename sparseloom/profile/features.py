@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.errors import ProfileError
+from sparseloom.core.types import as_tuple
 
 #: Stable integer codes for compressor kinds (unknown kinds get the next free code).
 KIND_CODES: dict[str, int] = {
@@ -56,7 +57,7 @@ class SubgraphFeatures:
     """
 
     source_accuracy: np.ndarray = attrs.field(converter=lambda a: np.asarray(a, np.float64))
-    kinds: tuple[str, ...] = attrs.field(converter=tuple)
+    kinds: tuple[str, ...] = attrs.field(converter=as_tuple)
     levels: np.ndarray = attrs.field(converter=lambda a: np.asarray(a, np.float64))
     n_positions: int
     fidelity_error: np.ndarray | None = None

@@ -32,7 +32,7 @@ import attrs
 
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.processors import pin_current_thread
-from sparseloom.core.types import Processor
+from sparseloom.core.types import Processor, as_tuple
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Stage:
 
     thread: int
     call: ModelCall = attrs.field(eq=False)
-    input_names: tuple[str, ...] = attrs.field(converter=tuple)
+    input_names: tuple[str, ...] = attrs.field(converter=as_tuple)
 
 
 @attrs.frozen

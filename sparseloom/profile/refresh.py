@@ -192,7 +192,8 @@ def refresh_profile(
         wanted = min(sample, table.task(task.name).n_positions * table.task(task.name).n_variants)
         if reference is None or len(reference[0]) != wanted:
             references.pop(task.name, None)
-        samples[task.name] = (reference[0] if task.name in references
+            reference = None
+        samples[task.name] = (reference[0] if reference is not None
                               else stratified_sample(table.task(task.name), sample))
         fresh[task.name] = time_subgraphs(task, zoos[task.name], samples[task.name], chosen,
                                           thin, resolve_backend)

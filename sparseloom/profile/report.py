@@ -192,7 +192,9 @@ def _latency_entry(
 def _json_array(values: np.ndarray) -> list[Any]:
     """``values`` as nested lists, 5 decimals, ``None`` where not finite (strict JSON)."""
     rounded = np.round(np.asarray(values, dtype=np.float64), 5)
-    return np.where(np.isfinite(rounded), rounded, None).tolist()
+    plain = rounded.astype(object)
+    plain[~np.isfinite(rounded)] = None
+    return list(plain.tolist())
 
 
 def _timed_chains(

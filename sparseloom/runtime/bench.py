@@ -24,7 +24,7 @@ from sparseloom.runtime.session import profile_processors
 from sparseloom.runtime.worker import ResidentModel
 
 
-def _bare_call(model: ResidentModel) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+def _bare_call(model: ResidentModel) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
     """The runtime session's own call, without anything sparseloom adds."""
     loaded = model.loaded
     backend = getattr(getattr(loaded, "compiled", None), "backend", "")
@@ -53,7 +53,8 @@ def _bare_round(runtime: Runtime, worker_name: str, task: RuntimeTask,
               worker.models[(task.name, j, v)].input_names)
              for j, v in enumerate(route.variant.choices)]
     eval_inputs = task.task.eval_inputs
-    rows = [{name: eval_inputs[name][s:s + 1] for name in eval_inputs} for s in samples]
+    rows: list[Mapping[str, Any]] = [{name: eval_inputs[name][s:s + 1] for name in eval_inputs}
+                                     for s in samples]
     done = threading.Event()
     elapsed: list[float] = []
 

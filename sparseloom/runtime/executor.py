@@ -99,7 +99,7 @@ class Runtime(StageHandler):
                        for name, task in self.tasks.items()}
         self.loader = ModelLoader(self.tasks)
         self.control = ControlThread()
-        self.slos = {name: task.slo for name, task in self.tasks.items()}
+        self.slos: dict[str, Any] = {name: task.slo for name, task in self.tasks.items()}
         # The newest feedbacks and switch events (bounded), and every task's switch count.
         self.feedbacks: collections.deque[Any] = collections.deque(maxlen=256)
         self.switches: collections.deque[SwitchEvent] = collections.deque(maxlen=1024)
@@ -225,7 +225,7 @@ class Runtime(StageHandler):
 
     def _worker_for(self, request: Request, previous: ProcessorWorker | None
                     ) -> ProcessorWorker:
-        route = request.route
+        route = request.routed
         position = request.stage
         worker = self.workers[route.processors[position]]
         if self.dispatcher is None and not worker.down:
@@ -248,7 +248,7 @@ class Runtime(StageHandler):
 
     def _expected_ms(self, request: Request, worker: ProcessorWorker) -> float:
         position = request.stage
-        key = (request.task, position, request.route.variant.choices[position], worker.name)
+        key = (request.task, position, request.routed.variant.choices[position], worker.name)
         value = self._stage_ms.get(key)
         if value is None:
             value = 0.0
@@ -264,7 +264,7 @@ class Runtime(StageHandler):
             request.stage -= 1
             worker.add_pending(-self._expected_ms(request, worker))
             request.stage += 1
-        if request.stage == request.route.positions:
+        if request.stage == request.routed.positions:
             self._complete(request)
             return None
         following = self._worker_for(request, worker)
@@ -286,7 +286,7 @@ class Runtime(StageHandler):
             self._fail(request, f"failed again after a retry: {reason}", worker.name)
             return
         position = request.stage
-        key = request.route.keys[position]
+        key = request.routed.keys[position]
         others = [w for w in self.workers.values() if w is not worker and not w.down]
         holding = [w for w in others if key in w.models]
         request.retries += 1

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from sparseloom.core.errors import InjectedFault
+from sparseloom.core.types import as_tuple
 
 if TYPE_CHECKING:
     from sparseloom.core.types import Processor
@@ -40,7 +41,7 @@ class FaultInjector:
 
     rate: float = attrs.field(converter=float, validator=_rate)
     seed: int = 0
-    processors: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
     injected: int = 0
     _random: random.Random = attrs.field(init=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)

@@ -125,6 +125,16 @@ class Request:
         return None if batch is None else np.asarray(batch)[0]
 
     @property
+    def routed(self) -> Route:
+        """The route of an admitted request (it is admitted with one; ``route`` is ``None``
+        only while it waits)."""
+        route = self.route
+        if route is None:
+            raise RuntimeError(f"request {self.request_id} of task {self.task!r} has no route "
+                               "yet: it was not admitted")
+        return route
+
+    @property
     def latency_ms(self) -> float:
         """End-to-end latency, once finished."""
         return (self.finished_s - self.submitted_s) * 1e3

@@ -177,8 +177,8 @@ def _task_result(runtime: Runtime, name: str, wall_s: float) -> TaskResult:
     for route, count in by_route.items():
         served[route.describe()] += count
         counts[route.variant.choices] += count
-    route = state.route
-    variant = route.describe() if route else "-"
+    current = state.route
+    variant = current.describe() if current else "-"
     choices = max(counts, key=counts.__getitem__) if counts else ()
     stats = latency_stats(latencies)
     slo = runtime.slos[name]

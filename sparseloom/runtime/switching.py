@@ -185,9 +185,10 @@ def change_slos(runtime: Runtime, slos: Mapping[str, SLO]) -> None:
         runtime.slos[task] = slo
         runtime.states[task].monitor.slo_latency_ms = slo.latency_ms
         runtime.states[task].monitor.reset()
-    if runtime.planner is not None:
+    planner = runtime.planner
+    if planner is not None:
         runtime.control.submit(lambda: apply_plan(
-            runtime, runtime.planner(_active(runtime), _down(runtime)), "slo"))
+            runtime, planner(_active(runtime), _down(runtime)), "slo"))
 
 
 def replan_without_down(runtime: Runtime) -> None:

@@ -186,11 +186,13 @@ class ProcessorWorker:
         name = self.processor.name
         while True:
             position = request.stage
-            model = models.get(request.route.keys[position])
+            route = request.route
+            assert route is not None  # admitted requests carry theirs (Runtime.submit)
+            model = models.get(route.keys[position])
             carried = request.carried
             try:
                 if model is None:
-                    raise LookupError(f"subgraph {position} of {request.route.variant} is not "
+                    raise LookupError(f"subgraph {position} of {route.variant} is not "
                                       f"loaded on {name}")
                 if faults is not None:
                     faults.maybe_fail(self.processor, request, position)

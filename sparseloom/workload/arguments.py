@@ -74,9 +74,10 @@ def check_number(where: str, parameter: str, value: Any, *, low: float = -math.i
     if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer
                                                      else numbers.Real):
         raise ArgumentError(f"{where}: {parameter} must be {kind}, got {_got(value)}")
-    if not math.isfinite(value):
+    number = float(value)
+    if not math.isfinite(number):
         raise ArgumentError(f"{where}: {parameter} must be a finite number, got {value!r}")
-    if value < low or (low_open and value == low) or value > high:
+    if number < low or (low_open and number == low) or number > high:
         if high == math.inf:
             rule = f"be {'>' if low_open else '>='} {low:g}"
         else:

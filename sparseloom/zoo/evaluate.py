@@ -22,6 +22,7 @@ measures a variant another step already measured.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -80,7 +81,7 @@ class SubgraphRunner:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def load(self, path: str | Path, key: str | None = None) -> tuple[Any, Any]:
+    def load(self, path: str | os.PathLike[str], key: str | None = None) -> tuple[Any, Any]:
         """The (backend, loaded model) for ``path``, loading it on first use."""
         from sparseloom.workload.inference import load_model
 
@@ -90,7 +91,8 @@ class SubgraphRunner:
         return self._loaded[cache_key]
 
     def run(
-        self, path: str | Path, inputs: Mapping[str, np.ndarray], key: str | None = None
+        self, path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray],
+        key: str | None = None
     ) -> dict[str, np.ndarray]:
         """Run the model at ``path`` over every row of ``inputs`` (extra names are ignored)."""
         backend, loaded = self.load(path, key)

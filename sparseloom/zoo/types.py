@@ -33,11 +33,32 @@ __all__ = [
 class ZooTask(Protocol):
     """What the zoo needs from a task (:class:`sparseloom.workload.task.Task` provides it)."""
 
-    name: str
-    model_path: Any
-    eval_inputs: Mapping[str, np.ndarray]
-    calibration_inputs: Mapping[str, np.ndarray]
-    metric: str
+    # Read-only members (properties): a frozen Task satisfies them; a protocol of plain
+    # attributes would ask for settable ones.
+    @property
+    def name(self) -> str:
+        """The task name."""
+        ...
+
+    @property
+    def model_path(self) -> Any:
+        """The dense ONNX model's path."""
+        ...
+
+    @property
+    def eval_inputs(self) -> Mapping[str, np.ndarray]:
+        """The eval set's input arrays by model input name."""
+        ...
+
+    @property
+    def calibration_inputs(self) -> Mapping[str, np.ndarray]:
+        """The calibration rows by model input name."""
+        ...
+
+    @property
+    def metric(self) -> str:
+        """The metric's name."""
+        ...
 
     def score(self, outputs: Mapping[str, np.ndarray]) -> float:
         """The task metric of model outputs on the eval set."""

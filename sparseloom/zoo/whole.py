@@ -69,7 +69,7 @@ def whole_model_zoo(zoo: Zoo, dense_model: str | os.PathLike[str],
     initializers = {t.name for t in graph.initializer}
     inputs = _tensors(v for v in graph.input if v.name not in initializers)
     outputs = _tensors(graph.output)
-    files = [(dense, "dense", "dense", [])]
+    files: list[tuple[Path, str, str, list[list[Any]]]] = [(dense, "dense", "dense", [])]
     for choices in picks:
         checked = zoo.check_choices(choices)
         names = [zoo.variants[c].name for c in checked]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import attrs
 
 from sparseloom.core.errors import BackendError, ConfigError, DeviceFallbackError
-from sparseloom.core.types import Processor
+from sparseloom.core.types import Processor, as_tuple
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +55,7 @@ class TensorSpec:
 
     name: str
     dtype: str
-    shape: tuple[int | str | None, ...] = attrs.field(converter=tuple)
+    shape: tuple[int | str | None, ...] = attrs.field(converter=as_tuple)
 
     def describe(self) -> str:
         """``float32[N,3,32,32]``: dtype and shape with dynamic dims by their symbol."""

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.errors import CompressionError
+from sparseloom.core.types import as_tuple
 from sparseloom.plugins.compressors._common import check_boundaries, check_no_level, model_copy
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class Int8Quantizer:
         default="minmax", validator=attrs.validators.in_(("minmax", "entropy", "percentile"))
     )
     reduce_range: bool = True
-    op_types: tuple[str, ...] = attrs.field(default=("Conv", "Gemm", "MatMul"), converter=tuple)
+    op_types: tuple[str, ...] = attrs.field(default=("Conv", "Gemm", "MatMul"), converter=as_tuple)
     max_calibration_batches: int = attrs.field(default=32, validator=attrs.validators.ge(1))
     kind: str = attrs.field(default="int8", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
@@ -198,7 +199,7 @@ class Fp16Converter:
     :param keep_float32_ops: extra op types to keep in float32 (e.g. ``("LayerNormalization",)``).
     """
 
-    keep_float32_ops: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    keep_float32_ops: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
     kind: str = attrs.field(default="fp16", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
 

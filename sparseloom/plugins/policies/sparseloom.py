@@ -95,8 +95,8 @@ def score_orders(table: ProfileTable, slos: Mapping[str, SLO],
         accurate[t] = rows.size
         best[t], row[t] = best_per_order(profile, rows, orders)
         fastest[t] = best_per_order(profile, np.arange(profile.n_stitched), orders)[0]
-    feasible = best <= np.array([slos[n].latency_ms for n in names])[:, None]
-    satisfiable = feasible.any(axis=1)
+    feasible = np.asarray(best <= np.array([slos[n].latency_ms for n in names])[:, None])
+    satisfiable = np.asarray(feasible.any(axis=1))
     missed = (satisfiable[:, None] & ~feasible).sum(axis=0)
     counted = feasible.sum(axis=0)
     with np.errstate(invalid="ignore"):
