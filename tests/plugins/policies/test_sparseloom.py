@@ -46,7 +46,7 @@ def test_algorithm1_matches_brute_force(seed: int, variants: int, positions: int
     table = random_table(3, variants, positions, processors, seed=seed)
     rng = np.random.default_rng(seed + 100)
     slos = {name: SLO(rng.uniform(0.72, 0.85), rng.uniform(8.0, 25.0)) for name in table.tasks}
-    (order, best), means = brute_force(table, slos)
+    (order, best), _means = brute_force(table, slos)
     plan = SparseLoomPolicy().plan(list(table.tasks), table, table.processors, slos)
     assert plan.order == tuple(table.processors[p] for p in order)
     assert len(set(plan.order)) == positions  # the paper's Ω: each processor once
