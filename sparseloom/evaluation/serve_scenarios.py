@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+import attrs
 import numpy as np
 
 from sparseloom.core.types import SLO
@@ -69,6 +70,31 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
             "ratios": ratios_per_round(values, contenders)}
 
 
+@attrs.define
+class Bisection:
+    """The largest rate in [0, ``high``] that meets the SLOs, halving the bracket per probe.
+
+    ``capacity`` is the largest rate probed that met every SLO (0 until one does); after n
+    probes the true capacity lies within ``high / 2**n`` above it, when meeting the SLOs is
+    monotone in the rate.
+    """
+
+    high: float
+    low: float = 0.0
+    capacity: float = 0.0
+
+    def next_rate(self) -> float:
+        """The rate to probe next: the middle of the bracket."""
+        return (self.low + self.high) / 2
+
+    def record(self, rate: float, met: bool) -> None:
+        """A probe at ``rate`` met the SLOs (raise the floor) or not (lower the ceiling)."""
+        if met:
+            self.low = self.capacity = max(self.capacity, rate)
+        else:
+            self.high = rate
+
+
 def _meets(run: dict[str, Any]) -> bool:
     summary = run.get("summary")
     return bool(run["valid"] and summary is not None and summary.violation_rate == 0)
@@ -105,11 +131,11 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
                                                         seed=options.seed), slos))
                     rate = run["figures"].get("throughput_rps", math.nan)
                     brackets[contender.name] = 1.5 * rate / tasks if rate == rate else 100.0
-            bounds = {c.name: [0.0, brackets[c.name]] for c in playing}
+            searches = {c.name: Bisection(brackets[c.name]) for c in playing}
             for step in range(options.capacity_steps):
                 for contender in rotated(playing, round_index + step):
-                    low, high = bounds[contender.name]
-                    rate = (low + high) / 2
+                    search = searches[contender.name]
+                    rate = search.next_rate()
                     spec = LoadSpec("poisson", queries=options.capacity_requests, rate=rate,
                                     seed=options.seed + round_index)
                     run = recorder.run(
@@ -117,9 +143,10 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
                         partial(serve_contender, context, contender, spec, slos),
                         k=k, rate=rate, step=step)
                     run["met"] = _meets(run)
-                    bounds[contender.name] = [rate, high] if run["met"] else [low, rate]
+                    search.record(rate, run["met"])
             for contender in playing:
-                values.setdefault(contender.name, {})[round_index] = bounds[contender.name][0]
+                values.setdefault(contender.name, {})[round_index] = \
+                    searches[contender.name].capacity
         runs = [r for r in recorder.runs_of("capacity") if r.get("k") == k]
         by_k[f"{k:g}"] = {
             "slo_latency_ms": {t: k * iso[t] for t in iso},
