@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,9 @@ def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
     from sparseloom.evaluation.harness import contenders as chosen_contenders
     from sparseloom.evaluation.report import evaluate_workload
 
+    bad = [b for b in budgets if not math.isfinite(b)]
+    if bad:
+        raise click.UsageError(f"--budget must be a finite fraction in (0, 1], got {bad[0]}")
     ensure_output_dir(out)
     base = QUICK if quick else EvalConfig()
     changes: dict[str, Any] = {"contenders": contenders, "exclude": exclude}

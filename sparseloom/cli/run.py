@@ -9,13 +9,13 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_json
-from sparseloom.cli.parsing import finite_options, parse_budget, parse_slos
+from sparseloom.cli.parsing import comma_items, finite_options, parse_budget, parse_slos
 
 
 def _arrival_order(value: str | None) -> tuple[str, ...]:
-    if not value:
+    if value is None:
         return ()
-    return tuple(part.strip() for part in value.split(",") if part.strip())
+    return tuple(comma_items(value, "--arrival-order", "vision,speech", unique=True))
 
 
 @click.command("run")
@@ -70,6 +70,9 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     finite_options(rate=rate, duration=duration, inject_faults=inject_faults)
     if queries is not None and queries < 1:
         raise ConfigError(f"--queries must be at least 1, got {queries}")
+    if queries is not None and queries > MAX_QUERIES:
+        raise ConfigError(f"--queries {queries} is more than {MAX_QUERIES:,} requests per task, "
+                          "days of serving; to serve for a set time use --duration SECONDS")
     if rate is not None and load_kind != "poisson":
         raise ConfigError("--rate sets the arrival rate of --load poisson; add --load poisson, "
                           "or drop --rate (a closed loop issues the next request on completion)")
@@ -122,6 +125,8 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     _exit_status(result)
 
 
+#: The most requests per task: 10^9 run for more than a day at 10,000 requests/s.
+MAX_QUERIES = 10**9
 #: A load expected to run longer than this is announced, with its length and end time.
 ANNOUNCE_AFTER_S = 10.0
 

@@ -71,6 +71,9 @@ def test_numbers_and_options_of_another_mode_are_refused() -> None:
          ["--contender", "av-p", "more than once"]),
         (["evaluate", "tiny", "--contender", "av-p", "--exclude", "av-p"],
          ["no contender"]),
+        (["evaluate", "tiny", "--budget", "nan"], ["--budget", "finite", "nan"]),
+        (["run", "tiny", "--arrival-order", ","], ["--arrival-order", "empty item"]),
+        (["run", "tiny", "--queries", "99999999999999999999"], ["--queries", "--duration"]),
     ]
     for args, words in cases:
         refused(run_cli(args), *words)

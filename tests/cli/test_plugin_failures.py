@@ -70,3 +70,11 @@ def test_a_policy_whose_on_feedback_raises_is_reported_once(plugin_env: dict[str
     assert len(notes) == 1, proc.stdout
     assert "policy 'fail-feedback'" in notes[0] and DISTRIBUTION in notes[0]
     assert "not called again" in notes[0]
+
+
+def test_an_estimator_that_raises_is_one_line_naming_it(plugin_env: dict[str, str]) -> None:
+    for point in ("fit", "predict"):
+        refused(run_cli(["profile", "tiny", "--accuracy-estimator", f"fail-{point}"],
+                        **plugin_env),
+                f"accuracy estimator 'fail-{point}'", DISTRIBUTION, f"{point}()",
+                f"RuntimeError: injected {point} failure")
