@@ -6,6 +6,7 @@ a module-level ``COMMANDS`` tuple; heavy libraries are imported inside the comma
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -47,6 +48,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except SparseloomError as error:
+            _close_progress_bars()
             if isinstance(error, PluginCallError) and os.environ.get(DEBUG_ENV):
                 traceback.print_exception(error)
             raise click.ClickException(str(error)) from error
@@ -57,6 +59,15 @@ class _Group(click.Group):
                 f"cannot use {error.filename}: {error.strerror or error}; check the path and its "
                 f"permissions (set {DEBUG_ENV}=1 to see where it happened)"
             ) from error
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars a failed step left open, so that the error starts its own line
+    (``Error:`` is otherwise printed after a half-drawn bar)."""
+    tqdm_module = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm_module, "tqdm", None), "_instances", ()) or ()):
+        with contextlib.suppress(Exception):  # a bar that cannot redraw must not hide the error
+            bar.close()
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

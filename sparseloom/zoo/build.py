@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sparseloom.core.cache import config_hash, file_hash
-from sparseloom.core.errors import ConfigError, SparseloomError, ZooError
+from sparseloom.core.errors import ConfigError, PluginCallError, SparseloomError, ZooError
 from sparseloom.zoo.load import load_zoo
 from sparseloom.zoo.manifest import build_manifest, check_alignment, subgraph_file
 from sparseloom.zoo.options import (
@@ -152,10 +152,12 @@ def _build(
                         detail = error if isinstance(error, SparseloomError) else (
                             f"{type(error).__name__}: {error} (compressor of distribution "
                             f"{registry.get_compressor(name).distribution or '?'})")
-                        raise ZooError(
-                            f"task {task.name!r}, position {position}, variant {variant_id} "
-                            f"({spec.name}): compressor {name!r} failed: {detail}"
-                        ) from error
+                        where = (f"task {task.name!r}, position {position}, variant "
+                                 f"{variant_id} ({spec.name})")
+                        if isinstance(error, PluginCallError):  # it names the plugin already
+                            raise ZooError(f"{where}: {error}") from error
+                        raise ZooError(f"{where}: compressor {name!r} failed: {detail}"
+                                       ) from error
                 check_alignment(task.name, position, variant_id, spec.name, dense_signature,
                                 declared_signature(piece))
                 if piece is not dense_piece:

@@ -78,3 +78,24 @@ def test_an_estimator_that_raises_is_one_line_naming_it(plugin_env: dict[str, st
                         **plugin_env),
                 f"accuracy estimator 'fail-{point}'", DISTRIBUTION, f"{point}()",
                 f"RuntimeError: injected {point} failure")
+
+
+def test_a_compressor_that_raises_is_one_line_naming_it(plugin_env: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    import shutil
+
+    import numpy as np
+
+    from sparseloom.api import load_workload
+
+    entry = Path(load_workload("tiny", progress=False).tasks[0].info["cache_dir"])
+    shutil.copy(entry / "model.onnx", tmp_path / "model.onnx")
+    with np.load(entry / "eval.npz") as data:
+        np.savez(tmp_path / "eval.npz", image=data["image"][:64], labels=data["labels"][:64])
+    workload = tmp_path / "w.toml"
+    workload.write_text('name = "w"\nvariants = ["dense", "failcompress"]\n[[task]]\n'
+                        'name = "t"\nmodel = "model.onnx"\ndata = "eval.npz"\n')
+    proc = run_cli(["zoo", "build", workload], cache=tmp_path / "cache", **plugin_env)
+    line = refused(proc, "task 't', position 0", "compressor 'failcompress'", DISTRIBUTION,
+                   "compress()", "injected compress failure")
+    assert line.count("failcompress") == 2, line  # the variant and the compressor, once each

@@ -9,6 +9,7 @@ sparseloom error) at one point, as a buggy plugin would:
   ``sparseloom``; its ``on_feedback`` raises);
 * accuracy estimators ``fail-fit`` and ``fail-predict``;
 * a policy factory that raises, ``fail-factory``;
+* a compressor ``failcompress`` whose ``compress`` raises;
 * :data:`OBSERVER`, a separate plugin whose ``sparseloom_slo_violation`` and
   ``sparseloom_profile_built`` observers raise.
 
@@ -103,6 +104,16 @@ class FailingPredictEstimator(FailingFitEstimator):
         raise injected("predict")
 
 
+class FailingCompressor:
+    """A level-less compressor whose ``compress`` raises."""
+
+    kind = "int8"
+    default_levels: tuple[float, ...] = ()
+
+    def compress(self, subgraph: Any, level: float, calibration: Any) -> Any:
+        raise injected("compress")
+
+
 def failing_factory() -> Any:
     """A policy factory that raises."""
     raise injected("factory")
@@ -119,6 +130,11 @@ def sparseloom_register_policies(register: Any) -> None:
     register("fail-plan", FailingPlanPolicy, description="plan() raises")
     register("fail-feedback", FailingFeedbackPolicy, description="on_feedback() raises")
     register("fail-factory", failing_factory, description="its factory raises")
+
+
+@hookimpl
+def sparseloom_register_compressors(register: Any) -> None:
+    register("failcompress", FailingCompressor, description="compress() raises")
 
 
 @hookimpl
