@@ -264,9 +264,14 @@ class Feedback:
         latency_ms: per task, the SLO monitor's window statistic of end-to-end latency (ms).
         violated: per task, whether that statistic misses the task's latency SLO.
         down_processors: processors that failed and must not be planned on.
+        processor_slowdown: per processor that ran stages since the last feedback, its
+            measured time inside model calls over what the profile says those calls take
+            (1: as profiled; 2: twice as slow) — the runtime's online calibration.
     """
 
     plan: Plan
     latency_ms: Mapping[str, float] = attrs.field(factory=dict, converter=as_dict, hash=False)
     violated: Mapping[str, bool] = attrs.field(factory=dict, converter=as_dict, hash=False)
     down_processors: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    processor_slowdown: Mapping[str, float] = attrs.field(factory=dict, converter=as_dict,
+                                                          hash=False)

@@ -5,10 +5,11 @@ processors and tasks, and one SLO per task → :class:`Plan`). The base class re
 :meth:`plan` was given, times the decision, and implements ``on_feedback``:
 
 * a processor reported down is dropped and the plan is made again without it;
-* every task's observed window statistic, against what the running plan predicted, sets a
-  factor on that task's measured latencies (replaced each time, never compounded, so it falls
-  when the load does) — the profile was measured in isolation, the runtime's figure includes
-  what it shares;
+* each processor's measured service time against its profile, and every task's observed
+  window statistic against what the running plan predicted, set factors on the measured
+  profile (:mod:`sparseloom.plan.calibration`; replaced, never compounded, so they fall when
+  the load does) — the profile was measured in isolation, the runtime's figure includes what
+  it shares;
 * a violation re-plans with those factors, at most once per :data:`DWELL_S`, and the new plan
   is taken only when it predicts a violating task :data:`MIN_GAIN` faster than observed;
 * ``None`` is returned when nothing is reported, or when the new plan chooses the same
@@ -26,6 +27,7 @@ import attrs
 
 from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO, Feedback, Plan
+from sparseloom.plan.calibration import Calibration
 from sparseloom.plan.feasible import check_slos, restrict_profile
 from sparseloom.profile.table import ProfileTable
 
@@ -62,8 +64,8 @@ class ProfilePolicy:
     _processors: list[str] = attrs.field(factory=list, init=False)
     _current: Plan | None = attrs.field(default=None, init=False)
     _previous: Plan | None = attrs.field(default=None, init=False)
-    _factors: dict[str, float] = attrs.field(factory=dict, init=False)
-    _planned_factors: dict[str, float] = attrs.field(factory=dict, init=False)
+    _calibration: Calibration = attrs.field(factory=Calibration, init=False)
+    _planned: Calibration = attrs.field(factory=Calibration, init=False)
     _since_s: float = attrs.field(factory=time.monotonic, init=False)
 
     def plan(self, tasks: Sequence[str], profile: ProfileTable, processors: Sequence[Any],
@@ -80,9 +82,10 @@ class ProfilePolicy:
     def on_feedback(self, observations: Feedback) -> Plan | None:
         """Re-plan after a violation or a processor failure; ``None`` when nothing changes.
 
-        Like is compared with like: each task's observed window statistic against what the
-        running plan predicted for it, as a factor on the task's latencies relative to the
-        *measured* profile (replaced, never compounded; it falls again when the load does).
+        Like is compared with like (:mod:`sparseloom.plan.calibration`): each processor's
+        measured service time against its profile, smoothed, and each task's observed window
+        statistic against what the running plan predicted for it, both as factors on the
+        *measured* profile (replaced, never compounded; they fall again when the load does).
         A violation re-plans only after the running plan has served :data:`DWELL_S`, and the
         new plan is taken only when it predicts a violating task at least :data:`MIN_GAIN`
         faster than observed: one slow window does not move the plan, and two plans never
@@ -95,25 +98,23 @@ class ProfilePolicy:
         if down:
             self._processors = [p for p in self._processors if p not in down]
             return self._switch_to(self._replan())
-        violating = []
+        now = time.monotonic()
+        self._calibration.observe_processors(observations.processor_slowdown, now)
         for task, observed in observations.latency_ms.items():
-            predicted = self._current.estimated_latency_ms.get(task)
-            if task not in self._table.tasks or not observed or not predicted:
-                continue
-            measured = float(predicted) / self._planned_factors.get(task, 1.0)
-            self._factors[task] = float(observed) / measured if measured > 0 else 1.0
-            if observations.violated.get(task):
-                violating.append(task)
-        if not violating or time.monotonic() - self._since_s < DWELL_S:
+            self._calibration.observe_task(self._table, self._current, task, observed,
+                                           self._planned, now)
+        violating = [t for t, bad in observations.violated.items()
+                     if bad and t in self._table.tasks]
+        if not violating or now - self._since_s < DWELL_S:
             return None
-        running = (self._current, self._previous, dict(self._planned_factors))
+        running = (self._current, self._previous, self._planned)
         fresh = self._replan()
         gains = [task for task in violating
                  if fresh.estimated_latency_ms.get(task, math.inf)
                  <= (1 - MIN_GAIN) * observations.latency_ms[task]]
         if not gains or _same_paths(fresh, running[0]):
             # Keep predicting what really runs, with the factors it was planned under.
-            self._current, self._previous, self._planned_factors = running
+            self._current, self._previous, self._planned = running
             return None
         return self._switch_to(fresh)
 
@@ -123,11 +124,12 @@ class ProfilePolicy:
 
     def _replan(self) -> Plan:
         assert self._table is not None
-        table = restrict_profile(_scaled(self._table, self._factors), self._processors)
+        now = time.monotonic()
+        table = restrict_profile(self._calibration.scaled(self._table, now), self._processors)
         started = time.perf_counter()
         made = self.decide(table, self._slos)
         self._previous = self._current
-        self._planned_factors = dict(self._factors)
+        self._planned = self._calibration.snapshot(now)
         self._current = attrs.evolve(made, policy=self.name or made.policy,
                                      decision_seconds=time.perf_counter() - started)
         return self._current
@@ -135,20 +137,6 @@ class ProfilePolicy:
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Choose the order and the variants; ``table`` holds only usable processors."""
         raise NotImplementedError
-
-
-def _scaled(table: ProfileTable, factors: Mapping[str, float]) -> ProfileTable:
-    """``table`` with each task's latencies and hand-offs times its factor (1 when absent)."""
-    if not any(abs(f - 1.0) > 1e-9 for f in factors.values()):
-        return table
-    tasks = dict(table.tasks)
-    for task, factor in factors.items():
-        if task in tasks and factor > 0:
-            profile = tasks[task]
-            tasks[task] = attrs.evolve(profile, latency_ms=profile.latency_ms * factor,
-                                       latency_median_ms=profile.latency_median_ms * factor,
-                                       handoff_ms=profile.handoff_ms * factor)
-    return ProfileTable(table.workload, table.processors, tasks, table.meta)
 
 
 def _same_paths(one: Plan | None, other: Plan | None) -> bool:

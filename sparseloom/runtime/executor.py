@@ -104,6 +104,8 @@ class Runtime(StageHandler):
         self.feedbacks: collections.deque[Any] = collections.deque(maxlen=256)
         self.switches: collections.deque[SwitchEvent] = collections.deque(maxlen=1024)
         self.switch_counts: collections.Counter[str] = collections.Counter()
+        # Per processor, (busy_s, profiled_s) at the last feedback (online calibration).
+        self.calibration: dict[str, tuple[float, float]] = {}
         self.notes: list[str] = []
         self._finished: collections.deque[Request] = collections.deque(
             maxlen=self.options.keep_requests)
@@ -251,11 +253,7 @@ class Runtime(StageHandler):
         key = (request.task, position, request.routed.variant.choices[position], worker.name)
         value = self._stage_ms.get(key)
         if value is None:
-            value = 0.0
-            if self.profile is not None and worker.name in self.profile.processors:
-                index = list(self.profile.processors).index(worker.name)
-                value = float(self.profile.task(request.task).latency_ms[key[1], key[2], index])
-            self._stage_ms[key] = value
+            value = self._stage_ms[key] = 1e3 * self.profiled_seconds(key[:3], worker.name)
         return value
 
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:

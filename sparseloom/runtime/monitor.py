@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -71,9 +72,31 @@ class LatencyMonitor:
 
 
 def make_feedback(plan: Plan, monitors: Mapping[str, LatencyMonitor],
-                  down_processors: tuple[str, ...]) -> Feedback:
-    """The feedback record for ``on_feedback``: window statistic and verdict per task."""
+                  down_processors: tuple[str, ...],
+                  processor_slowdown: Mapping[str, float] | None = None) -> Feedback:
+    """The feedback record for ``on_feedback``: window statistic and verdict per task, and
+    each processor's measured-over-profiled service time since the last feedback."""
     return Feedback(plan=plan,
                     latency_ms={t: m.value_ms() for t, m in monitors.items()},
                     violated={t: m.violated() for t, m in monitors.items()},
-                    down_processors=tuple(down_processors))
+                    down_processors=tuple(down_processors),
+                    processor_slowdown=dict(processor_slowdown or {}))
+
+
+#: Profiled seconds of work a processor must have run since the last feedback before its
+#: slowdown is reported (a few stages: one stage's noise is not a trend).
+MIN_CALIBRATION_S = 0.005
+
+
+def processor_slowdown(workers: Mapping[str, Any], last: dict[str, tuple[float, float]]
+                       ) -> dict[str, float]:
+    """Each worker's measured over profiled model time since ``last`` (updated in place);
+    workers that ran less than :data:`MIN_CALIBRATION_S` of profiled work are left out."""
+    out = {}
+    for name, worker in workers.items():
+        busy, profiled = worker.busy_s, worker.profiled_s
+        before_busy, before_profiled = last.get(name, (0.0, 0.0))
+        if profiled - before_profiled >= MIN_CALIBRATION_S:
+            out[name] = (busy - before_busy) / (profiled - before_profiled)
+            last[name] = (busy, profiled)
+    return out

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparseloom.core.errors import PluginCallError, RuntimeServeError, SparseloomError
 from sparseloom.core.types import SLO
-from sparseloom.runtime.monitor import make_feedback
+from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.request import Route
 
@@ -144,7 +144,8 @@ def give_feedback(runtime: Runtime) -> None:
         return
     active = _active(runtime)
     monitors = {t: runtime.states[t].monitor for t in active}
-    feedback = make_feedback(runtime.plan, monitors, _down(runtime))
+    feedback = make_feedback(runtime.plan, monitors, _down(runtime),
+                             processor_slowdown(runtime.workers, runtime.calibration))
     runtime.feedbacks.append(feedback)
     try:
         new_plan = on_feedback(feedback)

@@ -49,6 +49,8 @@ class ResidentModel:
         runner: ``runner(inputs) -> outputs``, called in place on the worker's thread.
         input_names: the boundary tensors it reads.
         memory_bytes: what the backend measured it holds.
+        profiled_s: the profile's time of one call (negative until first looked up; 0 when
+            the profile has none): what the worker's measured time is calibrated against.
     """
 
     key: ModelKey
@@ -58,20 +60,33 @@ class ResidentModel:
     runner: Callable[[Mapping[str, Any]], Mapping[str, Any]]
     input_names: tuple[str, ...]
     memory_bytes: int
+    profiled_s: float = -1.0
 
 
 class StageHandler:
     """What a worker reports to (the runtime implements it).
 
     ``slos`` (task → SLO, read live) gives each request its deadline in the worker's queue;
-    a task without an SLO there is served after every task with one.
+    a task without an SLO there is served after every task with one. ``profile`` (a
+    ``ProfileTable``, or ``None``) gives each model's profiled time, which the worker's measured
+    time is calibrated against.
     """
 
     slos: Mapping[str, Any] = {}
+    profile: Any = None
 
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
         raise NotImplementedError
+
+    def profiled_seconds(self, key: ModelKey, processor: str) -> float:
+        """The profile's time of one call of subgraph ``key`` on ``processor`` (0: unknown)."""
+        profile = self.profile
+        if profile is None or processor not in profile.processors or key[0] not in \
+                profile.tasks:
+            return 0.0
+        index = list(profile.processors).index(processor)
+        return float(profile.task(key[0]).latency_ms[key[1], key[2], index]) * 1e-3
 
     def stage_failed(self, request: Request, worker: ProcessorWorker, error: BaseException
                      ) -> None:
@@ -92,6 +107,8 @@ class ProcessorWorker:
         models: the subgraphs resident on this processor.
         faults: an optional fault injector (tests and demos).
         busy_s: seconds spent inside model calls (its utilisation over the run).
+        profiled_s: what the profile says those calls take; ``busy_s / profiled_s`` over a
+            window is how much slower (or faster) the processor runs than profiled.
         stages_run: model calls made.
         failures: stage failures on this processor; ``consecutive_failures`` resets on success.
         down: marked down after repeated failures (the policy re-plans without it).
@@ -103,6 +120,7 @@ class ProcessorWorker:
     models: dict[ModelKey, ResidentModel] = attrs.field(factory=dict)
     faults: FaultInjector | None = None
     busy_s: float = 0.0
+    profiled_s: float = 0.0
     stages_run: int = 0
     failures: int = 0
     consecutive_failures: int = 0
@@ -199,6 +217,11 @@ class ProcessorWorker:
                 start = perf_counter()
                 outputs = model.runner({key: carried[key] for key in model.input_names})
                 self.busy_s += perf_counter() - start
+                # Online calibration (Band's smoothed service times): measured vs profiled.
+                profiled = model.profiled_s
+                if profiled < 0:
+                    profiled = model.profiled_s = handler.profiled_seconds(model.key, name)
+                self.profiled_s += profiled
             except Exception as error:
                 self.failures += 1
                 self.consecutive_failures += 1
