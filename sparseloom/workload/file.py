@@ -220,6 +220,7 @@ def read_workload_file(
     _check_keys(document, _TOP_KEYS, where)
     _check_keys(document.get("profile", {}), _PROFILE_KEYS, f"{where} [profile]")
     _check_executor(document.get("profile", {}), f"{where} [profile]")
+    _check_profile_choices(document.get("profile", {}), f"{where} [profile]")
     raw_tasks = document.get("task", [])
     if not raw_tasks:
         raise ConfigError(f"{where}: no tasks; add at least one [[task]] table")
@@ -248,8 +249,10 @@ def read_workload_file(
                 f"{where}: processor {spec!r} names backend {backend!r}, which is not "
                 f"installed; installed backends: {', '.join(sorted(backends)) or 'none'} "
                 f"(`sparseloom devices` lists their processors)")
+    workload_name = name or document.get("name") or path.stem
+    check_task_name(workload_name, where, what="workload")
     return WorkloadDefinition(
-        name=name or document.get("name") or path.stem,
+        name=workload_name,
         tasks=tuple(tasks),
         processors=tuple(processors),
         source=path,
@@ -257,6 +260,23 @@ def read_workload_file(
         variants=_parse_variants(document.get("variants", []), where),
         compressor_options=_parse_compressors(document.get("compressors", {}), where),
     )
+
+
+def _check_profile_choices(table: Mapping[str, Any], where: str) -> None:
+    """``samples`` and the estimators of the ``[profile]`` table, refused at read rather than
+    when ``sparseloom profile`` gets to them."""
+    from sparseloom.core.registry import get_registry
+
+    if "samples" in table and table["samples"] < 1:
+        raise ConfigError(f"{where}: samples must be 1 or more exact stitched-variant samples, "
+                          f"got {table['samples']}")
+    for key, capability in (("accuracy_estimator", "accuracy"), ("latency_estimator", "latency")):
+        if key in table:
+            known = [r.name for r in get_registry().estimators(capability)]
+            if table[key] not in known:
+                raise ConfigError(f"{where}: {key} {table[key]!r} is not a registered "
+                                  f"{capability} estimator; registered: {', '.join(known)} "
+                                  f"(`sparseloom plugins` lists them)")
 
 
 def _check_executor(table: Mapping[str, Any], where: str) -> None:

@@ -42,32 +42,33 @@ __all__ = [
 MAX_TASK_NAME = 64
 
 
-def check_task_name(name: str, where: str = "") -> str:
+def check_task_name(name: str, where: str = "", what: str = "task") -> str:
     """``name`` if it may be a task name; :class:`ConfigError` otherwise.
 
     Task names become parts of file names (``pareto-<task>.png``, profile and zoo files) and
     are addressed on the command line (``--slo TASK=ACC,MS``, ``--arrival-order A,B``), so the
     one rule everywhere is: a non-empty string of at most :data:`MAX_TASK_NAME` characters,
     with no path separator, ``,``, ``=``, NUL or other control character, not ``.`` or ``..``,
-    not starting with ``.`` and not starting or ending with spaces.
+    not starting with ``.`` and not starting or ending with spaces. ``what`` names the kind
+    of name in the message (a workload's name follows the same rule: it names cache folders).
     """
     prefix = f"{where}: " if where else ""
-    rule = ("task names become parts of file names and of --slo TASK=ACC,MS and "
-            "--arrival-order A,B, so they may not contain '/', '\\', ',', '=' or control "
-            "characters, start with '.', or start or end with spaces; use letters, digits, "
-            "'-', '_' and '.'")
+    used = " and of --slo TASK=ACC,MS and --arrival-order A,B" if what == "task" else ""
+    rule = (f"{what} names become parts of file names{used}, so they may not contain '/', "
+            "'\\', ',', '=' or control characters, start with '.', or start or end with "
+            "spaces; use letters, digits, '-', '_' and '.'")
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{prefix}a task name must be a non-empty string, got {name!r}")
+        raise ConfigError(f"{prefix}a {what} name must be a non-empty string, got {name!r}")
     shown = repr(name) if len(name) <= MAX_TASK_NAME else f"{name[:20]!r}... ({len(name)} chars)"
     if len(name) > MAX_TASK_NAME:
-        raise ConfigError(f"{prefix}task name {shown} is longer than {MAX_TASK_NAME} "
+        raise ConfigError(f"{prefix}{what} name {shown} is longer than {MAX_TASK_NAME} "
                           f"characters; {rule}")
     bad = [c for c in ("/", "\\", ",", "=") if c in name]
     control = any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name)
     if bad or control or name.startswith(".") or name != name.strip():
-        what = f" (it holds {', '.join(map(repr, bad))})" if bad else (
+        held = f" (it holds {', '.join(map(repr, bad))})" if bad else (
             " (it holds a control character)" if control else "")
-        raise ConfigError(f"{prefix}task name {shown} cannot be used{what}: {rule}")
+        raise ConfigError(f"{prefix}{what} name {shown} cannot be used{held}: {rule}")
     return name
 
 

@@ -159,7 +159,8 @@ def test_workload_files_are_refused_at_read_with_the_rule(tmp_path: Path) -> Non
 
     def workload(name: str, task: str = "t", head: str = "", data: str = "good") -> Path:
         path = tmp_path / f"{name}.toml"
-        path.write_text(f'{head}name = "w"\n[[task]]\nname = "{task}"\nmodel = "model.onnx"\n'
+        named = "" if "name =" in head else 'name = "w"\n'
+        path.write_text(f'{head}{named}[[task]]\nname = "{task}"\nmodel = "model.onnx"\n'
                         f'data = "{data}.npz"\ncalibration = "calibration.npz"\n')
         return path
 
@@ -170,6 +171,7 @@ def test_workload_files_are_refused_at_read_with_the_rule(tmp_path: Path) -> Non
         (workload("long", task="x" * 300), ["300 chars", "longer than 64"]),
         (workload("backend", head='processors = ["foo:CPU"]\n'),
          ["'foo:CPU'", "backend 'foo'", "not installed", "ort"]),
+        (workload("escape-name", head='name = "../x"\n'), ["workload name '../x'", "'/'"]),
     ]
     for path, words in cases:
         proc = run_cli(["workloads", "build", path, "--no-progress"])
@@ -177,6 +179,12 @@ def test_workload_files_are_refused_at_read_with_the_rule(tmp_path: Path) -> Non
         assert "\x1b" not in proc.stderr, line  # never echoed raw to the terminal
     refused(run_cli(["workloads", "build", workload("three", data="three"), "--no-progress"]),
             "three.npz", "3 rows", "at least 10", "steps of 1/N")
+    for profile, words in (("samples = 0", ["[profile]", "samples", "1 or more"]),
+                           ('accuracy_estimator = "additive"',
+                            ["accuracy_estimator 'additive'", "registered: xgboost"])):
+        path = tmp_path / "profile.toml"
+        path.write_text(workload("plain").read_text() + f"[profile]\n{profile}\n")
+        refused(run_cli(["workloads", "build", path, "--no-progress"]), str(path), *words)
 
 
 # -- 8. caches ---------------------------------------------------------------------------------
