@@ -48,10 +48,11 @@ def load_workload(
     :param rebuild: build the builder tasks again even when their cache entries are sound.
     :raises ArgumentError: an argument of the wrong type (naming it).
     """
-    from sparseloom.workload.arguments import check_names, check_path_or_name
+    from sparseloom.workload.arguments import check_flags, check_names, check_path_or_name
     from sparseloom.workload.load import load_workload as load
 
     where = "load_workload()"
+    check_flags(where, progress=progress, rebuild=rebuild)
     check_path_or_name(where, "name_or_path", name_or_path,
                        "a registered workload name or a workload .toml path")
     names = check_names(where, "tasks", tasks)
@@ -60,9 +61,10 @@ def load_workload(
 
 def _loaded(workload: Workload | str | os.PathLike[str], progress: bool, where: str
             ) -> Workload:
-    from sparseloom.workload.arguments import check_instance
+    from sparseloom.workload.arguments import check_flags, check_instance
     from sparseloom.workload.task import Workload
 
+    check_flags(where, progress=progress)
     if isinstance(workload, str | os.PathLike):
         return load_workload(workload, progress=progress)
     return check_instance(where, "workload", workload, Workload,
@@ -91,9 +93,11 @@ def build_zoos(
     """
     import attrs
 
+    from sparseloom.workload.arguments import check_flags
     from sparseloom.zoo.build import build_zoo
     from sparseloom.zoo.options import ZooOptions, workload_processors
 
+    check_flags("build_zoos()", rebuild=rebuild)
     loaded = _loaded(workload, progress, "build_zoos()")
     options = _optional("build_zoos()", "options", options, ZooOptions,
                         "a ZooOptions (sparseloom.zoo.options)") or ZooOptions()

@@ -32,6 +32,12 @@ def check_instance(where: str, parameter: str, value: Any, expected: type | tupl
     return value
 
 
+def check_flags(where: str, **flags: Any) -> None:
+    """Every keyword is ``True`` or ``False`` (``rebuild="no"`` would be true)."""
+    for parameter, value in flags.items():
+        check_instance(where, parameter, value, bool, "True or False")
+
+
 def check_path_or_name(where: str, parameter: str, value: Any, what: str) -> Any:
     """A ``str`` or ``os.PathLike`` (a registered name or a file path), not empty."""
     check_instance(where, parameter, value, (str, os.PathLike), f"{what} (a str or a path)")
