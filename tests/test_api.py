@@ -16,6 +16,7 @@ import pytest
 import sparseloom
 from sparseloom.core.errors import ArgumentError, SparseloomError
 from sparseloom.core.types import SLO
+from sparseloom.profile.builder import ProfileOptions
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.session import RunConfig
@@ -62,6 +63,7 @@ CASES: list[tuple[Callable[[], Any], list[str]]] = [
     (lambda: RunConfig(load="fast"), ["RunConfig", "load", "LoadSpec"]),
     (lambda: RunConfig(memory_budget=0), ["RunConfig", "memory_budget", "> 0"]),
     (lambda: SLO("high", 3), ["SLO accuracy", "number", "'high'"]),
+    (lambda: ProfileOptions(seed=-1), ["ProfileOptions", "seed", ">= 0"]),
 ]
 
 

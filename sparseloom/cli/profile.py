@@ -239,7 +239,7 @@ def _command_line(ctx: click.Context) -> str:
               help="The zoo's variants, comma-separated, dense first, as `zoo build --variants` "
                    "takes them (default: the workload file's 'variants', else the ten of "
                    "docs/zoo.md).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seeds the sampling of stitched variants and the estimators' training.")
 @click.option("--validate", is_flag=True,
               help="Measure the ground truth and report how good the estimates are.")

@@ -44,7 +44,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
               help="Fail this fraction of model calls on purpose (tests, demos).")
 @click.option("--window", type=click.IntRange(min=1), default=20, show_default=True,
               help="Requests in each task's SLO monitor window.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write requests.csv (every request's record, streamed as it ends) and "

@@ -210,7 +210,8 @@ def eval_command(
               help="Stitched variants to measure (0: the originals only).")
 @click.option("--runs", type=click.IntRange(min=1), default=7, show_default=True,
               help="Timed runs per subgraph (median).")
-@click.option("--seed", default=0, show_default=True, help="Sampling seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Sampling seed.")
 @_json_option
 def pareto_command(
     workload: str, task_name: str, out_dir: str, subgraphs: int | None, variants: str | None,

@@ -15,6 +15,7 @@ from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
 from sparseloom.profile.features import DEFAULT_FEATURE_SET, FEATURE_SETS
 from sparseloom.profile.measure import ProfilerConfig
+from sparseloom.workload.arguments import number_field
 
 __all__ = ["ProfileOptions", "check_estimator", "processor_key", "resolve_processors", "zoo_for"]
 
@@ -56,7 +57,7 @@ class ProfileOptions:
                                    validator=attrs.validators.in_(FEATURE_SETS))
     config: ProfilerConfig = attrs.field(factory=ProfilerConfig)
     subgraphs: int | None = None
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=number_field(low=0, integer=True))
     evaluation_processor: str = "ort:CPU"
     variants: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
     compressor_options: Mapping[str, Mapping[str, Any]] | None = attrs.field(

@@ -30,6 +30,7 @@ checks a cached profile cheaply and repairs it:
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -160,8 +161,9 @@ def refresh_profile(
 
     if sample < 1:
         raise ProfileError(f"refresh sample must be at least 1 subgraph per task, got {sample}")
-    if not threshold > 0:
-        raise ProfileError(f"drift threshold must be > 0 (0.25 = 25%), got {threshold}")
+    if not 0 < threshold < math.inf:
+        raise ProfileError(f"drift threshold must be a finite number > 0 (0.25 = 25%), got "
+                           f"{threshold}")
     if rounds is not None and rounds < 3:
         raise ProfileError(f"refresh rounds must be at least 3, got {rounds}")
     if mode not in MODES:

@@ -74,6 +74,9 @@ def test_numbers_and_options_of_another_mode_are_refused() -> None:
         (["evaluate", "tiny", "--budget", "nan"], ["--budget", "finite", "nan"]),
         (["run", "tiny", "--arrival-order", ","], ["--arrival-order", "empty item"]),
         (["run", "tiny", "--queries", "99999999999999999999"], ["--queries", "--duration"]),
+        (["profile", "tiny", "--seed", "-1"], ["--seed", "-1"]),
+        (["profile", "tiny", "--refresh", "rescale", "--drift-threshold", "inf"],
+         ["drift threshold", "finite", "inf"]),
     ]
     for args, words in cases:
         refused(run_cli(args), *words)
