@@ -38,3 +38,16 @@ def random_table(tasks: int, variants: int, positions: int, processors: int,
             handoff_ms=rng.uniform(0.0, 0.5, (positions - 1, processors, processors)),
             memory_bytes=rng.integers(1_000, 100_000, shape))
     return ProfileTable("synthetic", [f"p{i}" for i in range(processors)], profiles)
+
+
+def feedback_table() -> ProfileTable:
+    """Two one-variant tasks, S = 2, P = 2 ("p0", "p1"), for feedback tests.
+
+    Stage times (ms) on p0/p1, position 0 | position 1: x 5/4 | 4/5, y 1/3 | 3/1. Chains:
+    x 10 under (p0, p1) and 8 under (p1, p0); y 2 and 6. Algorithm 1's mean: (p0, p1) 6 <
+    (p1, p0) 7, so p* = (p0, p1); with x 3× slower, 16 > 15 and p* = (p1, p0).
+    """
+    x = np.array([[[5.0, 4.0]], [[4.0, 5.0]]])
+    y = np.array([[[1.0, 3.0]], [[3.0, 1.0]]])
+    return ProfileTable("feedback", ["p0", "p1"], {
+        "x": task_profile("x", x, np.array([0.9])), "y": task_profile("y", y, np.array([0.9]))})

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from sparseloom.core.types import SLO, Feedback
+from sparseloom.plan import policy as policy_module
 from sparseloom.plugins.policies.sparseloom import SparseLoomPolicy, score_orders
 from sparseloom.profile.table import ProfileTable
-from tests.plan.tables import random_table, task_profile
+from tests.plan.tables import feedback_table, random_table, task_profile
 
 
 def brute_force(table: ProfileTable, slos: dict[str, SLO], repeats: bool = False):
@@ -94,22 +95,24 @@ def test_accuracy_measured_flag_and_decision_time() -> None:
     assert plan.order == ("a",) and plan.decision_seconds > 0
 
 
-def test_feedback_replans_on_violation_and_down_processor() -> None:
-    table = random_table(2, 4, 2, 2, seed=3)
+def test_feedback_replans_on_violation_and_down_processor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # feedback_table: p* = (p0, p1) with x 10 ms, y 2 ms; x observed 3× slower moves p* to
+    # (p1, p0), where x's measured 8 ms scales to 24 ms (under the 30 observed by > MIN_GAIN).
+    monkeypatch.setattr(policy_module, "DWELL_S", 0.0)
+    table = feedback_table()
     policy = SparseLoomPolicy()
-    slos = {name: SLO(0.7, 100.0) for name in table.tasks}
+    slos = {name: SLO(0.0, 1000.0) for name in table.tasks}
     plan = policy.plan(list(table.tasks), table, table.processors, slos)
+    assert plan.order == ("p0", "p1")
     assert policy.on_feedback(Feedback(plan)) is None
-    down = plan.order[0]
-    replanned = policy.on_feedback(Feedback(plan, down_processors=(down,)))
-    assert replanned is not None and down not in replanned.order
-    task = next(iter(table.tasks))
-    slow = policy.on_feedback(Feedback(
-        replanned, latency_ms={task: replanned.estimated_latency_ms[task] * 50},
-        violated={task: True}))
-    # 50× slower than estimated: the re-plan's estimate for that task reflects the scaling
-    if slow is not None:
-        assert slow.estimated_latency_ms[task] > replanned.estimated_latency_ms[task] * 10
+    slow = policy.on_feedback(Feedback(plan, latency_ms={"x": 30.0}, violated={"x": True}))
+    assert slow is not None and slow.order == ("p1", "p0")
+    assert slow.estimated_latency_ms == pytest.approx({"x": 24.0, "y": 6.0})
+    # p1 down: the only order left is (p0, p0); x keeps its factor 3: 3 × (5 + 4) = 27 ms.
+    down = policy.on_feedback(Feedback(slow, down_processors=("p1",)))
+    assert down is not None and down.order == ("p0", "p0")
+    assert down.estimated_latency_ms == pytest.approx({"x": 27.0, "y": 4.0})
 
 
 @pytest.mark.parametrize("seed", range(3))
