@@ -162,7 +162,7 @@ def refresh_profile(
     if sample < 1:
         raise ProfileError(f"refresh sample must be at least 1 subgraph per task, got {sample}")
     if not 0 < threshold < math.inf:
-        raise ProfileError(f"drift threshold must be a finite number > 0 (0.25 = 25%), got "
+        raise ProfileError(f"drift threshold must be > 0 and finite (0.25 = 25%), got "
                            f"{threshold}")
     if rounds is not None and rounds < 3:
         raise ProfileError(f"refresh rounds must be at least 3, got {rounds}")
