@@ -39,8 +39,7 @@ class ViolationObserver:
         self.seen.append((task, latency_ms, slo_latency_ms))
 
 
-def test_violations_call_the_hook_and_feed_the_policy(tiny: tuple[Any, Any],
-                                                      register_plugin: Any) -> None:
+def test_violations_call_the_hook(tiny: tuple[Any, Any], register_plugin: Any) -> None:
     observer = ViolationObserver()
     register_plugin(observer)
     tight = {"tiny": SLO(0.0, 0.001)}
@@ -52,10 +51,12 @@ def test_violations_call_the_hook_and_feed_the_policy(tiny: tuple[Any, Any],
     assert result.summary.tasks[0].violated == "latency"
 
 
-def _runtime(setup: tuple[Any, Any], policy_name: str, slos: dict[str, SLO],
-             budget: float | None, initial: Any = None) -> tuple[Runtime, Any]:
+def _runtime(setup: tuple[Any, Any], policy_name: str | Any, slos: dict[str, SLO],
+             budget: float | None, initial: Any = None,
+             options: RuntimeOptions | None = None) -> tuple[Runtime, Any]:
     """A started runtime; ``budget=None`` preloads only the plan's own subgraphs.
 
+    ``policy_name``: a registered policy's name, or a policy object.
     ``initial``: start from this plan instead of the policy's (the policy still re-plans).
     """
     from sparseloom.core.registry import get_registry
@@ -65,7 +66,8 @@ def _runtime(setup: tuple[Any, Any], policy_name: str, slos: dict[str, SLO],
 
     workload, profile = setup
     processors = profile_processors(profile)
-    policy = get_registry().create("policy", policy_name)
+    policy = (get_registry().create("policy", policy_name) if isinstance(policy_name, str)
+              else policy_name)
     names = [p.name for p in processors]
     plan = initial or policy.plan(list(profile.tasks), profile, names, slos)
     tasks = [RuntimeTask(workload.task(n), load_zoo(zoo_directory(
@@ -77,7 +79,7 @@ def _runtime(setup: tuple[Any, Any], policy_name: str, slos: dict[str, SLO],
                            {t: runtime.slos[t] for t in active})
 
     runtime = Runtime(tasks, processors, profile=profile, policy=policy, planner=planner,
-                      options=RuntimeOptions())
+                      options=options or RuntimeOptions())
     if budget is None:
         own = profile.task(plan.variants[tasks[0].name].task)
         order = profile.order_indices(list(plan.processors_of(tasks[0].name)))
@@ -85,6 +87,57 @@ def _runtime(setup: tuple[Any, Any], policy_name: str, slos: dict[str, SLO],
                          for j, c in enumerate(plan.variants[tasks[0].name].choices)))
     switching.start(runtime, plan, preload=preload(profile, plan, budget=budget))
     return runtime, plan
+
+
+class ScriptedPolicy:
+    """A placement policy whose answers are fixed in advance, so that what the runtime does
+    with them can be checked exactly (a real policy's answer depends on measured timings):
+    ``plan`` returns ``first``; ``on_feedback`` records every :class:`Feedback` it is given
+    and answers ``then`` the first time, ``None`` after."""
+
+    def __init__(self, first: Any, then: Any) -> None:
+        self.first, self.then = first, then
+        self.seen: list[Any] = []
+
+    def plan(self, tasks: Any, profile: Any, processors: Any, slos: Any) -> Any:
+        return self.first
+
+    def on_feedback(self, observations: Any) -> Any:
+        self.seen.append(observations)
+        return self.then if len(self.seen) == 1 else None
+
+
+def test_feedback_reaches_the_policy_and_its_answer_is_applied(tiny: tuple[Any, Any]) -> None:
+    from sparseloom.core.types import Plan, StitchedVariant
+
+    _, profile = tiny
+    order = profile.processors[:profile.task("tiny").n_positions]
+    first = Plan("scripted", order, {"tiny": StitchedVariant("tiny", (0, 0))})
+    then = Plan("scripted", order, {"tiny": StitchedVariant("tiny", (1, 1))})
+    policy = ScriptedPolicy(first, then)
+    tight = {"tiny": SLO(0.0, 0.001)}  # every window violates it
+    runtime, _ = _runtime(tiny, policy, tight, budget=None, options=RuntimeOptions(window=10))
+    try:
+        load = offer(runtime, LoadSpec("closed", queries=80))
+        assert runtime.control.wait_idle(30)
+        assert not load.interrupted and runtime.completed == 80
+    finally:
+        runtime.stop()
+    # on_feedback was called with exactly the feedbacks the runtime made, in order
+    assert len(policy.seen) >= 2 and policy.seen == list(runtime.feedbacks)
+    assert policy.seen[0].plan is first
+    assert all(f.violated == {"tiny": True} and f.latency_ms["tiny"] > 0.001
+               for f in policy.seen)
+    # Its first answer was applied: one switch, for feedback, to (1,1), loading what (1,1)
+    # needs (only the first plan's subgraphs were preloaded); its later None changed nothing.
+    assert [(e.reason, e.from_route, e.to_route) for e in runtime.switches] == [
+        ("feedback", f"tiny[0,0] @ {'>'.join(order)}", f"tiny[1,1] @ {'>'.join(order)}")]
+    assert runtime.switches[0].loads == 2
+    assert runtime.plan is then and all(f.plan is then for f in policy.seen[1:])
+    served = [r.route.variant.choices for r in sorted(runtime.finished,
+                                                        key=lambda r: r.request_id)]
+    switched_at = served.index((1, 1))
+    assert set(served[:switched_at]) == {(0, 0)} and set(served[switched_at:]) == {(1, 1)}
 
 
 def test_a_tightened_slo_switches_the_variant_and_counts_its_load(tiny: tuple[Any, Any]
