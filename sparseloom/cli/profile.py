@@ -308,6 +308,11 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     if refresh is not None:
         from sparseloom.cli.profile_refresh import run_refresh
 
+        if drift_threshold >= 1:
+            click.echo(f"Warning: --drift-threshold {drift_threshold:g} means a change of "
+                       f"{drift_threshold:.0%} before a processor counts as drifted; for "
+                       f"{drift_threshold:g}% write {drift_threshold / 100:g}", err=True)
+
         run_refresh(loaded, processors=processors, options=options, mode=refresh,
                     sample=refresh_sample, rounds=refresh_rounds, threshold=drift_threshold,
                     as_json=as_json, out=out)

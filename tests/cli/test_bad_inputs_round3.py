@@ -250,3 +250,8 @@ def test_messages_name_the_real_cause_and_a_fix_that_works(tmp_path: Path) -> No
                    "not an .npz archive", "numpy.savez")
     assert "pickle" not in line
     assert model.is_file()
+
+
+def test_a_drift_threshold_read_as_percent_is_warned() -> None:
+    warned(run_cli(["profile", "tiny", "--refresh", "rescale", "--drift-threshold", "5"]),
+           "--drift-threshold 5", "500%", "0.05")
