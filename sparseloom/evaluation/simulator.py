@@ -1,12 +1,24 @@
 """A discrete-event simulation of the runtime, driven by the real policy objects.
 
-Each processor is a FIFO server (the runtime's one worker thread per processor). A request of
+Each processor is one server (the runtime's one worker thread per processor) whose queue
+serves the **earliest deadline first**, as :mod:`sparseloom.runtime.worker` does: a request's
+deadline is its submission time + its task's latency SLO (ties: the order queued). A request of
 task t walks its route (the plan's stitched variant and
 :meth:`~sparseloom.core.types.Plan.processors_of`): at position j it queues on processor q and
-is served for ``latency_ms[j, c_j, q]`` of the profile. When the next position is on the same
-processor it runs at once, without a queue hop (the worker runs consecutive stages in place);
-otherwise the request travels for ``max(handoff_ms[j, q, q'], 0)`` (a hand-off delays the
-request, it occupies neither server) and joins the next processor's queue.
+is served for a stage time of subgraph (j, c_j) on q drawn by
+:class:`~sparseloom.evaluation.service_time.ServiceTimes` (``SimConfig.service``: by default a
+seeded draw with the profile's measured p25, median and spread). When the next position is on
+the same processor it runs at once, without a queue hop (the worker runs consecutive stages in
+place); otherwise the request travels for ``max(handoff_ms[j, q, q'], 0)`` (a hand-off delays
+the request, it occupies neither server) and joins the next processor's queue.
+
+Completion follows the runtime's order. The worker that ends a request completes it on its own
+thread — the closed loop issues that task's next request from there, into its first stage's
+queue — and only then takes its next request. So on a non-partitioned (``*-np``) plan, whose
+chain starts and ends on the same processor, the task's next request competes for that
+processor with those already waiting, by deadline: a task with the tighter SLO keeps its
+processor. (Serving the queue's head first, as this simulator once did, is the runtime's order
+only under FIFO or equal SLOs.)
 
 The load, joins and re-planning follow :mod:`sparseloom.runtime.load` and
 :mod:`sparseloom.runtime.switching`: closed loop (one request in flight per task, the next one
@@ -39,6 +51,7 @@ import attrs
 from sparseloom.core.errors import SimulationError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import SLO, Plan, as_dict, as_tuple
+from sparseloom.evaluation.service_time import SERVICE_MODELS, ServiceTimes
 from sparseloom.evaluation.simresult import (
     SimResult,
     SimTaskResult,
@@ -48,10 +61,11 @@ from sparseloom.evaluation.simresult import (
 from sparseloom.profile.table import ProfileTable
 from sparseloom.runtime.monitor import WINDOW, LatencyMonitor, make_feedback
 
-#: The runtime's bookkeeping per request outside model calls: ``sparseloom bench runtime tiny
-#: -p ort:CPU`` measured 0.14 ms/request through the runtime against 0.086 ms for a bare loop
-#: over the same sessions (docs/results.md, "Runtime overhead"): about 0.05 ms.
-REQUEST_OVERHEAD_MS = 0.05
+#: The runtime's bookkeeping per request outside model calls. Measured on a one-processor
+#: (``av-np``) closed loop of two tiny-model tasks on ort:CPU, where it is on the critical path:
+#: 18,914 requests/s at 77 % model-call utilisation leaves 0.23 × 52.9 µs = 12 µs per request
+#: (load average 1.1). The 0.05 ms it replaces was measured on an older runtime.
+REQUEST_OVERHEAD_MS = 0.012
 
 __all__ = ["SimConfig", "SimResult", "SimTaskResult", "pipeline_bound_rps", "simulate"]
 
@@ -75,6 +89,9 @@ class SimConfig:
             run's measured busy time says its stages took against the profile (validation).
         request_overhead_ms: the runtime's own work per request (admission, completion,
             scoring, the monitor, issuing the next one), done on the worker of the last stage.
+        service: stage times: ``sampled`` (default), ``median`` or ``p25`` of the profile
+            (:mod:`sparseloom.evaluation.service_time`).
+        seed: seeds the ``sampled`` stage times.
     """
 
     policy: str = "sparseloom"
@@ -89,6 +106,8 @@ class SimConfig:
     slowdown: Mapping[str, float] = attrs.field(factory=dict, converter=as_dict)
     request_overhead_ms: float = attrs.field(default=REQUEST_OVERHEAD_MS,
                                              validator=attrs.validators.ge(0.0))
+    service: str = attrs.field(default="sampled", validator=attrs.validators.in_(SERVICE_MODELS))
+    seed: int = 0
 
     @property
     def join_every(self) -> int:
@@ -121,7 +140,8 @@ class _Simulation:
     names: list[str]
     events: list[tuple[float, int, str, Any]] = attrs.field(factory=list)
     counter: Any = attrs.field(factory=itertools.count)
-    queues: dict[int, collections.deque] = attrs.field(factory=dict)
+    queues: dict[int, list[tuple[float, int, _Job]]] = attrs.field(factory=dict)
+    service: Any = None
     busy: dict[int, bool] = attrs.field(factory=dict)
     busy_ms: dict[int, float] = attrs.field(factory=dict)
     resident: set[tuple[str, int, int, int]] = attrs.field(factory=set)
@@ -196,7 +216,8 @@ class _Simulation:
         self.arrive(job.route.processors[0], job)
 
     def arrive(self, processor: int, job: _Job) -> None:
-        self.queues[processor].append(job)
+        deadline = job.submitted_ms + self.slos[job.task].latency_ms
+        heapq.heappush(self.queues[processor], (deadline, next(self.counter), job))
         if not self.busy[processor]:
             self.serve_next(processor)
 
@@ -204,8 +225,8 @@ class _Simulation:
         assert job.route is not None
         task = self.profile.task(job.task)
         j, choice = job.position, job.route.choices[job.position]
-        service = float(task.latency_ms[j, choice, processor]) * self.config.slowdown.get(
-            self.profile.processors[processor], 1.0)
+        service = self.service.stage_ms(job.task, j, choice, processor) * \
+            self.config.slowdown.get(self.profile.processors[processor], 1.0)
         if j + 1 == len(job.route.choices):
             service += self.config.request_overhead_ms
         key = (job.task, j, choice, processor)
@@ -222,7 +243,7 @@ class _Simulation:
         if not self.queues[processor]:
             self.busy[processor] = False
             return
-        self.start_stage(processor, self.queues[processor].popleft())
+        self.start_stage(processor, heapq.heappop(self.queues[processor])[2])
 
     def done(self, processor: int, job: _Job) -> None:
         route, j = job.route, job.position
@@ -231,14 +252,17 @@ class _Simulation:
             job.position += 1  # the worker runs the next stage in place
             self.start_stage(processor, job)
             return
-        self.serve_next(processor)
         if j + 1 < len(route.choices):
+            self.serve_next(processor)
             handoff = float(self.profile.task(job.task).handoff_ms[
                 j, route.processors[j], route.processors[j + 1]])
             job.position += 1
             self.push(self.now_ms + max(handoff, 0.0), "arrive", (route.processors[j + 1], job))
             return
+        # The runtime's order: complete (and issue the next request) while this server is
+        # still busy, then take the earliest deadline waiting — possibly that new request.
         self.complete(job)
+        self.serve_next(processor)
 
     def complete(self, job: _Job) -> None:
         latency = self.now_ms - job.submitted_ms
@@ -307,7 +331,8 @@ def simulate(profile: ProfileTable, config: SimConfig | None = None, *,
     names = list(config.processors or profile.processors)
     sim = _Simulation(profile, config, policy, slos, names)
     indices = range(len(profile.processors))
-    sim.queues = {q: collections.deque() for q in indices}
+    sim.queues = {q: [] for q in indices}
+    sim.service = ServiceTimes(profile, config.service, config.seed)
     sim.busy, sim.busy_ms = dict.fromkeys(indices, False), dict.fromkeys(indices, 0.0)
     sim.monitors = {t: LatencyMonitor(t, slos[t].latency_ms, window=config.window)
                     for t in profile.tasks}

@@ -100,3 +100,79 @@ def test_pipeline_bound_is_tasks_over_the_busiest_processor() -> None:
         choices, processors = (0, 0), (0, 1)
 
     assert pipeline_bound_rps(table, {"x": Route(), "y": Route()}) == pytest.approx(500.0)
+
+
+class _NonPartitioned:
+    """Every task's whole chain (variant 0 at both positions) on the processor given."""
+
+    def __init__(self, where: dict[str, str]) -> None:
+        self.where = where
+
+    def plan(self, tasks, profile, processors, slos):
+        return Plan("np", ("A", "A"), {t: StitchedVariant(t, (0, 0)) for t in tasks},
+                    assignment={t: (self.where[t],) * 2 for t in tasks})
+
+
+def _np_table(stages: dict[str, tuple[float, float]], processor: dict[str, int]
+              ) -> ProfileTable:
+    # Each task's two stage times on its own processor; 9 ms elsewhere (unused). The
+    # same-processor hand-off is 0.7 ms in the table: a chain on one processor runs its next
+    # stage in place and never pays it.
+    table = ProfileTable("np", ("A", "B"))
+    for name, (first, second) in stages.items():
+        latency = np.full((2, 1, 2), 9.0)
+        latency[0, 0, processor[name]], latency[1, 0, processor[name]] = first, second
+        table.tasks[name] = task_profile(name, latency, accuracy=np.array([0.9]),
+                                         handoff_ms=np.full((1, 2, 2), 0.7))
+    return table
+
+
+def test_np_plan_with_each_task_on_its_own_processor_as_computed_by_hand() -> None:
+    # x: 2 + 1 ms on A, y: 3 + 3 ms on B, 0.25 ms runtime overhead per request, 3 requests
+    # each. By hand: no sharing, no hand-off: x's requests take 3.25 ms and end at 9.75 ms,
+    # y's take 6.25 ms and end at 18.75 ms; 6 requests / 18.75 ms = 320 requests/s; A is
+    # busy 9.75 of 18.75 ms, B all of it.
+    table = _np_table({"x": (2.0, 1.0), "y": (3.0, 3.0)}, {"x": 0, "y": 1})
+    result = simulate(table, SimConfig(queries=3, monitor=False, request_overhead_ms=0.25,
+                                       slos={"x": SLO(0.8, 10.0), "y": SLO(0.8, 10.0)}),
+                      policy=_NonPartitioned({"x": "A", "y": "B"}))
+    by_task = {t.task: t for t in result.tasks}
+    assert by_task["x"].processors == ("A", "A") and by_task["y"].processors == ("B", "B")
+    assert by_task["x"].latency.mean_ms == pytest.approx(3.25)
+    assert by_task["y"].latency.mean_ms == pytest.approx(6.25)
+    assert result.makespan_ms == pytest.approx(18.75)
+    assert result.throughput_rps == pytest.approx(320.0)
+    assert result.utilisation == pytest.approx({"A": 9.75 / 18.75, "B": 1.0})
+
+
+def test_np_plan_sharing_a_processor_serves_the_earliest_deadline_first() -> None:
+    # x (1 + 1 ms, SLO 2.5 ms) and y (2 + 1 ms, SLO 100 ms) both whole on A, 3 requests each,
+    # closed loop. The runtime's worker completes x's request, the load issues x's next one
+    # into A's queue from that thread, then the worker takes the earliest deadline: x's new
+    # request (deadline t + 2.5) before y's (0 + 100). By hand: x runs 0-2, 2-4, 4-6
+    # (latencies 2, 2, 2); y 6-9, 9-12, 12-15 (latencies 9, 3, 3); 6 requests / 15 ms.
+    # (Serving the queue's head first would alternate x, y and give x latencies 2, 5, 5.)
+    table = _np_table({"x": (1.0, 1.0), "y": (2.0, 1.0)}, {"x": 0, "y": 0})
+    slos = {"x": SLO(0.8, 2.5), "y": SLO(0.8, 100.0)}
+    result = simulate(table, SimConfig(queries=3, monitor=False, request_overhead_ms=0,
+                                       slos=slos),
+                      policy=_NonPartitioned({"x": "A", "y": "A"}))
+    by_task = {t.task: t for t in result.tasks}
+    assert by_task["x"].latency.mean_ms == pytest.approx(2.0)
+    assert by_task["y"].latency.mean_ms == pytest.approx(15 / 3)
+    assert by_task["y"].latency.p99_ms == pytest.approx(9.0)  # nearest rank: the max
+    assert result.makespan_ms == pytest.approx(15.0)
+    assert result.throughput_rps == pytest.approx(400.0)
+    assert result.violation_rate == 0.0
+    assert result.utilisation == pytest.approx({"A": 1.0, "B": 0.0})
+
+
+def test_service_times_follow_the_chosen_statistic() -> None:
+    # One task on A: p25 2 + 1 ms, median 3 + 2 ms. p25: 3 ms a request; median: 5 ms.
+    table = _np_table({"x": (2.0, 1.0)}, {"x": 0})
+    table.tasks["x"].latency_median_ms[:, 0, 0] = (3.0, 2.0)
+    policy = _NonPartitioned({"x": "A"})
+    for service, per_request in (("p25", 3.0), ("median", 5.0)):
+        result = simulate(table, SimConfig(queries=4, monitor=False, request_overhead_ms=0,
+                                           service=service), policy=policy)
+        assert result.makespan_ms == pytest.approx(4 * per_request)
