@@ -22,10 +22,10 @@ def sparseloom(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("args", "message"), [
     (["--policy", "nope"], "unknown policy 'nope'"),
     (["--rate", "0", "--load", "poisson"], "--rate must be > 0"),
-    (["--rate", "-2"], "--rate must be > 0"),
+    (["--rate", "-2", "--load", "poisson"], "--rate must be > 0"),
     (["--queries", "0"], "--queries must be at least 1"),
     (["--load", "poisson"], "--load poisson needs --rate"),
-    (["--slo", "tiny=high,3"], "is not TASK=ACCURACY,LATENCY_MS"),
+    (["--slo", "tiny=high,3"], "accuracy and latency must be numbers"),
     (["--slo", "ghost=0.5,3"], "unknown task(s) 'ghost'"),
     (["--arrival-order", "tiny,tiny"], "names tiny more than once"),
     (["--arrival-order", "tiny,ghost"], "unknown task(s) 'ghost'"),
