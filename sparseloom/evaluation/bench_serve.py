@@ -83,12 +83,15 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
 def _run_scenarios(report: dict[str, Any], context: ServeContext, chosen: Sequence[Any],
                    options: BenchOptions, recorder: Recorder) -> None:
     from sparseloom.evaluation import serve_scenarios
+    from sparseloom.evaluation.sim_check import simulated_closed
 
     closed_result = None
     for scenario in options.scenarios:
         started = time.perf_counter()
         if scenario == "closed":
             result = closed_result = serve_scenarios.closed(context, chosen, options, recorder)
+            # Beside, never inside, the measured figures (sparseloom.evaluation.sim_check).
+            result["simulated"] = simulated_closed(context, chosen, options, result)
         elif scenario == "capacity":
             result = serve_scenarios.capacity(context, chosen, options, recorder, closed_result)
         else:

@@ -81,6 +81,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         else:
             lines += _contender_table(result["contenders"], header, digits)
         lines += ["", *_ratio_line(scenario, result["ratios"])]
+        if result.get("simulated"):
+            from sparseloom.evaluation.sim_check import render_simulated
+
+            lines += render_simulated(result["simulated"])
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,129 @@
+"""The simulator checked where it is used: simulated beside measured, per policy contender.
+
+``bench serve``'s ``closed`` scenario measures every contender; for each *policy* contender
+(stock runtimes have no plan to simulate) :func:`simulated_closed` simulates the same
+workload, SLOs (:func:`~sparseloom.evaluation.serve_figures.dense_slos`) and query count with
+:func:`~sparseloom.evaluation.simulator.simulate`, once per measured round (the stage-time draws
+seeded by the round, as the measured eval rows are), and reports the median simulated
+throughput and violation rate next to the measured medians, with the error: throughput in %
+of the measured, violation in points. Simulated figures live only under
+``scenarios.closed.simulated``: they never enter the measured tables, medians or ratios.
+
+Goals (the issue "The simulator, validated where it is used"): throughput within
+:data:`THROUGHPUT_GOAL_PCT` and violation rate within :data:`VIOLATION_GOAL_POINTS`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+#: Largest |simulated − measured| throughput, in % of the measured, that meets the goal.
+THROUGHPUT_GOAL_PCT = 15.0
+#: Largest |simulated − measured| violation rate, in points (percent of tasks), that does.
+VIOLATION_GOAL_POINTS = 10.0
+
+
+def simulated_closed(context: Any, contenders: Sequence[Any], options: Any,
+                     closed: dict[str, Any]) -> dict[str, Any]:
+    """The simulator's figures for the policy contenders of a finished ``closed`` scenario.
+
+    :param context: the benchmark's :class:`~sparseloom.evaluation.contenders.ServeContext`.
+    :param contenders: the contenders that ran; stock runtimes are skipped.
+    :param options: the :class:`~sparseloom.evaluation.serve_figures.BenchOptions` it ran.
+    :param closed: the scenario's result (its ``contenders`` rows hold the measured medians).
+    :returns: ``{"note", "service", "goals", "contenders": [row, ...]}``; a contender whose
+        simulation raised has an ``error`` instead of figures.
+    """
+    from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.evaluation.simulator import SimConfig, simulate
+
+    slos = dense_slos(context)
+    measured = {row["contender"]: row for row in closed["contenders"]}
+    rows = []
+    for contender in contenders:
+        if contender.kind != "policy":
+            continue
+        row: dict[str, Any] = {"contender": contender.name}
+        try:
+            results = [simulate(context.profile, SimConfig(
+                policy=contender.name, slos=slos, queries=options.queries,
+                seed=options.seed + round_index)) for round_index in range(options.rounds)]
+        except Exception as error:  # a simulation that fails is reported, not fatal
+            row["error"] = f"{type(error).__name__}: {error}"
+            rows.append(row)
+            continue
+        row |= compare(statistics.median(r.throughput_rps for r in results),
+                       statistics.median(r.violation_rate for r in results),
+                       measured.get(contender.name, {}))
+        row["simulated_utilisation"] = {
+            name: statistics.median(r.utilisation[name] for r in results)
+            for name in results[0].utilisation}
+        rows.append(row)
+    return {"note": "simulated from the profile, not measured; never part of the measured "
+                    "medians or ratios",
+            "service": SimConfig().service,
+            "goals": {"throughput_pct": THROUGHPUT_GOAL_PCT,
+                      "violation_points": VIOLATION_GOAL_POINTS},
+            "contenders": rows}
+
+
+def compare(simulated_rps: float, simulated_violation: float, measured_row: dict[str, Any]
+            ) -> dict[str, Any]:
+    """Simulated figures beside one measured ``closed`` row (median over VALID runs), with
+    the errors and whether each meets its goal (``None`` when nothing was measured)."""
+    measured_rps = float(measured_row.get("median", math.nan)) if measured_row.get("n") \
+        else math.nan
+    violation = (measured_row.get("figures") or {}).get("violation_rate") or {}
+    measured_violation = float(violation["median"]) if violation.get("n") else math.nan
+    rps_error = (100.0 * (simulated_rps - measured_rps) / measured_rps
+                 if measured_rps > 0 else math.nan)
+    points = 100.0 * (simulated_violation - measured_violation)
+    return {"simulated_throughput_rps": simulated_rps, "measured_throughput_rps": measured_rps,
+            "throughput_error_pct": rps_error,
+            "throughput_within_goal": (abs(rps_error) <= THROUGHPUT_GOAL_PCT
+                                       if math.isfinite(rps_error) else None),
+            "simulated_violation_rate": simulated_violation,
+            "measured_violation_rate": measured_violation, "violation_error_points": points,
+            "violation_within_goal": (abs(points) <= VIOLATION_GOAL_POINTS
+                                      if math.isfinite(points) else None)}
+
+
+def _num(value: Any, digits: int, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:{'+' if sign else ''}.{digits}f}"
+
+
+def _goal(flag: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "–"}[flag]
+
+
+def render_simulated(simulated: dict[str, Any]) -> list[str]:
+    """The ``Simulated (not measured)`` section of the Markdown report."""
+    goals = simulated["goals"]
+    lines = ["", "### Simulated (not measured)", "",
+             f"The simulator's figures for the same workload, SLOs and queries "
+             f"(stage times: {simulated['service']}); measured = the median above. Goals: "
+             f"throughput within {goals['throughput_pct']:g} %, violation within "
+             f"{goals['violation_points']:g} points.", "",
+             "| contender | simulated req/s | measured req/s | error % | within | "
+             "simulated / measured violation % | error points | within |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in simulated["contenders"]:
+        if "error" in row:
+            lines.append(f"| {row['contender']} | simulation failed: {row['error']} "
+                         f"| | | | | | |")
+            continue
+        lines.append(
+            f"| {row['contender']} | {_num(row['simulated_throughput_rps'], 1)} | "
+            f"{_num(row['measured_throughput_rps'], 1)} | "
+            f"{_num(row['throughput_error_pct'], 1, sign=True)} | "
+            f"{_goal(row['throughput_within_goal'])} | "
+            f"{_num(100 * row['simulated_violation_rate'], 0)} / "
+            f"{_num(100 * row['measured_violation_rate'], 0)} | "
+            f"{_num(row['violation_error_points'], 0, sign=True)} | "
+            f"{_goal(row['violation_within_goal'])} |")
+    return lines
