@@ -52,6 +52,12 @@ class _Group(click.Group):
             if isinstance(error, PluginCallError) and os.environ.get(DEBUG_ENV):
                 traceback.print_exception(error)
             raise click.ClickException(str(error)) from error
+        except KeyboardInterrupt:
+            # Ctrl-C outside a run (which drains and prints its summary itself): no traceback,
+            # and the shell's status for SIGINT rather than click's "Aborted!" and 1.
+            _close_progress_bars()
+            click.echo("Interrupted (Ctrl-C).", err=True)
+            raise click.exceptions.Exit(130) from None
         except OSError as error:
             if error.filename is None or os.environ.get(DEBUG_ENV):
                 raise

@@ -255,3 +255,17 @@ def test_messages_name_the_real_cause_and_a_fix_that_works(tmp_path: Path) -> No
 def test_a_drift_threshold_read_as_percent_is_warned() -> None:
     warned(run_cli(["profile", "tiny", "--refresh", "rescale", "--drift-threshold", "5"]),
            "--drift-threshold 5", "500%", "0.05")
+
+
+def test_ctrl_c_in_any_command_exits_130_without_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import sparseloom.cli.plugins
+    from sparseloom.cli import main
+
+    def interrupted_registry() -> None:  # test double: Ctrl-C while the command works
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sparseloom.cli.plugins, "get_registry", interrupted_registry)
+    assert main(["plugins"]) == 130
+    err = capsys.readouterr().err
+    assert "Interrupted (Ctrl-C)." in err and "Traceback" not in err and "Aborted" not in err
