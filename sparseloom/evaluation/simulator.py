@@ -18,7 +18,10 @@ queue — and only then takes its next request. So on a non-partitioned (``*-np`
 chain starts and ends on the same processor, the task's next request competes for that
 processor with those already waiting, by deadline: a task with the tighter SLO keeps its
 processor. (Serving the queue's head first, as this simulator once did, is the runtime's order
-only under FIFO or equal SLOs.)
+only under FIFO or equal SLOs.) When the first stage is on another processor, that next request
+reaches it by a wake-up of its worker, the hand-off the profile measured between those two
+processors (its mean over the task's boundaries): a partitioned chain pays one more hand-off
+per request than its stages show, a one-processor chain none.
 
 The load, joins and re-planning follow :mod:`sparseloom.runtime.load` and
 :mod:`sparseloom.runtime.switching`: closed loop (one request in flight per task, the next one
@@ -205,7 +208,9 @@ class _Simulation:
                 job.route = self.routes[task]
                 self.arrive(job.route.processors[0], job)
 
-    def issue(self, task: str) -> None:
+    def issue(self, task: str, from_processor: int | None = None) -> None:
+        """Submit ``task``'s next request; ``from_processor``: the worker that issues it (the
+        closed loop's), which hands it to another processor's worker by a wake-up."""
         if self.issued[task] >= self.config.queries:
             return
         self.issued[task] += 1
@@ -213,7 +218,13 @@ class _Simulation:
         if job.route is None:  # a joining task waits for the plan that places it
             self.held[task].append(job)
             return
-        self.arrive(job.route.processors[0], job)
+        first = job.route.processors[0]
+        if from_processor is None or from_processor == first:
+            self.arrive(first, job)
+            return
+        handoff = self.profile.task(task).handoff_ms[:, from_processor, first]
+        wake_ms = max(float(handoff.mean()), 0.0) if handoff.size else 0.0
+        self.push(self.now_ms + wake_ms, "arrive", (first, job))
 
     def arrive(self, processor: int, job: _Job) -> None:
         deadline = job.submitted_ms + self.slos[job.task].latency_ms
@@ -261,10 +272,10 @@ class _Simulation:
             return
         # The runtime's order: complete (and issue the next request) while this server is
         # still busy, then take the earliest deadline waiting — possibly that new request.
-        self.complete(job)
+        self.complete(job, processor)
         self.serve_next(processor)
 
-    def complete(self, job: _Job) -> None:
+    def complete(self, job: _Job, processor: int) -> None:
         latency = self.now_ms - job.submitted_ms
         self.latencies[job.task].append(latency)
         self.served[job.task][job.route] += 1
@@ -276,7 +287,7 @@ class _Simulation:
         if (job.task == last and len(self.joined) < len(order)
                 and len(self.latencies[last]) == self.config.join_every):
             self.join(order[len(self.joined)])
-        self.issue(job.task)
+        self.issue(job.task, processor)
 
     def feedback(self) -> None:
         assert self.plan is not None

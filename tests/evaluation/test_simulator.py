@@ -30,16 +30,20 @@ def _pipeline(tasks: tuple[str, ...], handoff_ms: float = 0.0) -> ProfileTable:
     return table
 
 
-def test_one_task_pipeline_latency_is_the_chain_plus_handoff() -> None:
+def test_one_task_pipeline_latency_is_the_chain_plus_handoffs() -> None:
+    # A (2 ms), hand-off 0.5 ms, B (1 ms): the first request takes 3.5 ms. Each next one is
+    # issued on B's worker and reaches A by a wake-up (the B→A hand-off, 0.5 ms): 4 ms from
+    # submission to end. Five requests end at 3.5 + 4 × 4 = 19.5 ms; p50 (nearest rank) 4.
     table = _pipeline(("x",), handoff_ms=0.5)
     result = simulate(table, SimConfig(queries=5, request_overhead_ms=0,
-                                       slos={"x": SLO(0.8, 3.4)}),
+                                       slos={"x": SLO(0.8, 3.9)}),
                       policy=_FixedPolicy())
     (task,) = result.tasks
-    assert task.latency.p50_ms == pytest.approx(3.5)
+    assert task.latency.p50_ms == pytest.approx(4.0)
+    assert task.latency.mean_ms == pytest.approx(19.5 / 5)
     assert task.completed == 5
-    assert result.makespan_ms == pytest.approx(5 * 3.5)
-    assert result.throughput_rps == pytest.approx(1000 / 3.5)
+    assert result.makespan_ms == pytest.approx(19.5)
+    assert result.throughput_rps == pytest.approx(5000 / 19.5)
     assert task.violated == "latency" and result.violation_rate == 1.0
 
 
