@@ -11,7 +11,7 @@ import pytest
 from sparseloom.evaluation.contenders import Contender
 from sparseloom.evaluation.serve_figures import BenchOptions
 from sparseloom.evaluation.serve_report import render_markdown
-from sparseloom.evaluation.sim_check import compare, simulated_closed
+from sparseloom.evaluation.sim_check import compare, measured_slowdown, simulated_closed
 from sparseloom.evaluation.simulator import REQUEST_OVERHEAD_MS
 from sparseloom.evaluation.synthetic import task_profile
 from sparseloom.profile.table import ProfileTable
@@ -89,3 +89,30 @@ def test_the_report_shows_simulated_figures_in_their_own_section_only() -> None:
     assert simulated_rps not in measured and "| sv-lo-np | 300.0 [290.0–310.0] |" in measured
     assert f"| sv-lo-np | {simulated_rps} | 300.0 |" in simulated
     assert "| yes |" in simulated  # violation: 0 simulated, 0 measured
+
+
+def test_slowdown_is_measured_over_simulated_call_time_per_request() -> None:
+    # Measured: A busy 50 % at 100 requests/s = 5 ms of calls per request. Simulated: 80 % at
+    # 400 requests/s = 2 ms. Slowdown 2.5. B is idle in the simulation: no figure to scale.
+    measured = {"n": 2, "median": 100.0, "figures": {
+        "utilisation.A": {"median": 0.5, "n": 2}, "utilisation.B": {"median": 0.1, "n": 2}}}
+    assert measured_slowdown(measured, 400.0, {"A": 0.8, "B": 0.0}) == pytest.approx(
+        {"A": 2.5})
+
+
+def test_calibrated_simulation_scales_the_stage_times_by_the_measured_slowdown() -> None:
+    # Measured: A busy 90 % at 150 requests/s = 6 ms a request. Simulated: A busy all the
+    # time at 1000 / (3 + overhead) requests/s = 3 ms + overhead a request (the overhead runs
+    # on A too): slowdown 6 / (3 + overhead). Calibrated: each request's 3 ms of stages ×
+    # slowdown + the unscaled overhead.
+    row = {**_measured(150.0, 0.0), "figures": {"violation_rate": {"median": 0.0, "n": 1},
+                                               "utilisation.A": {"median": 0.9, "n": 1}}}
+    result = simulated_closed(_context(), [Contender("sv-lo-np", "policy")],
+                              BenchOptions(rounds=1, queries=40), {"contenders": [row]})
+    (out,) = result["contenders"]
+    slowdown = 6.0 / (3.0 + REQUEST_OVERHEAD_MS)
+    assert out["slowdown"] == pytest.approx({"A": slowdown})
+    expected = 1000.0 / (3.0 * slowdown + REQUEST_OVERHEAD_MS)
+    assert out["calibrated"]["simulated_throughput_rps"] == pytest.approx(expected)
+    assert out["calibrated"]["throughput_error_pct"] == pytest.approx(
+        100 * (expected - 150.0) / 150.0)
