@@ -92,5 +92,6 @@ def test_a_plan_made_by_plan_also_serves_the_dwell() -> None:
     time.sleep(policy_module.DWELL_S)  # e.g. the server loading models before the first plan
     table = feedback_table()
     first = policy.plan(["x", "y"], table, table.processors, LOOSE)
-    slow_x = Feedback(first, latency_ms={"x": 30.0, "y": 2.0}, violated={"x": True})
+    # 5× slower: past the dwell this alone would move p* (test above), smoothed or not
+    slow_x = Feedback(first, latency_ms={"x": 50.0, "y": 2.0}, violated={"x": True})
     assert policy.on_feedback(slow_x) is None
