@@ -43,12 +43,13 @@ def test_nothing_measured_gives_no_verdict() -> None:
 
 
 def _context() -> SimpleNamespace:
-    # One task, S = 2, one variant: 2 + 1 ms on A, 9 + 9 ms on B; dense metric 0.9, so the
-    # closed scenario's SLO is accuracy 0.89, latency unconstrained.
+    # One task, S = 2, one variant: 2 + 1 ms on A, 9 + 9 ms on B; dense metric 1.0, so the
+    # closed scenario's SLO is accuracy 0.99, latency unconstrained. A variant always right
+    # is right on every request served: no violation in any draw.
     table = ProfileTable("hand", ("A", "B"))
     table.tasks["x"] = task_profile("x", np.array([[[2.0, 9.0]], [[1.0, 9.0]]]),
-                                    accuracy=np.array([0.9]))
-    zoo = SimpleNamespace(manifest={"metric": {"dense": 0.9}})
+                                    accuracy=np.array([1.0]))
+    zoo = SimpleNamespace(manifest={"metric": {"dense": 1.0}})
     return SimpleNamespace(profile=table, workload=SimpleNamespace(task_names=("x",)),
                            zoos={"x": zoo})
 

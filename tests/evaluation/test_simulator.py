@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -180,3 +182,26 @@ def test_service_times_follow_the_chosen_statistic() -> None:
         result = simulate(table, SimConfig(queries=4, monitor=False, request_overhead_ms=0,
                                            service=service), policy=policy)
         assert result.makespan_ms == pytest.approx(4 * per_request)
+
+
+def test_served_accuracy_misses_a_close_slo_as_often_as_the_binomial_says() -> None:
+    # A variant right 98.4 % of the time, SLO 97.5 %, 100 requests: the served accuracy misses
+    # the SLO when at most 97 are right. By hand, P(Binomial(100, 0.984) <= 97)
+    # = 1 - P(98) - P(99) - P(100) = 0.216. Over 300 seeds the share of runs that violate lies
+    # within 0.07 of it (about three standard errors, sqrt(0.216 · 0.784 / 300) = 0.024).
+    table = ProfileTable("acc", ("A", "B"))
+    table.tasks["x"] = task_profile("x", np.ones((2, 1, 2)), accuracy=np.array([0.984]))
+    p_right = 0.984
+    p_miss = 1 - sum(math.comb(100, k) * p_right**k * (1 - p_right)**(100 - k)
+                     for k in (98, 99, 100))
+    assert p_miss == pytest.approx(0.216, abs=5e-4)
+    policy = _NonPartitioned({"x": "A"})
+    slos = {"x": SLO(0.975, 1e9)}
+    missed = [simulate(table, SimConfig(queries=100, monitor=False, slos=slos, seed=seed,
+                                        score_served=True), policy=policy).violation_rate
+              for seed in range(300)]
+    assert np.mean(missed) == pytest.approx(p_miss, abs=0.07)
+    # Without it, the profile's 98.4 % always meets the SLO.
+    plain = simulate(table, SimConfig(queries=100, monitor=False, slos=slos), policy=policy)
+    assert plain.violation_rate == 0.0
+    assert plain.tasks[0].accuracy_served == pytest.approx(0.984)
