@@ -64,6 +64,11 @@ CASES: list[tuple[Callable[[], Any], list[str]]] = [
     (lambda: RunConfig(memory_budget=0), ["RunConfig", "memory_budget", "> 0"]),
     (lambda: SLO("high", 3), ["SLO accuracy", "number", "'high'"]),
     (lambda: ProfileOptions(seed=-1), ["ProfileOptions", "seed", ">= 0"]),
+    (lambda: sparseloom.Server(None), ["Server()", "workload", "NoneType"]),
+    (lambda: sparseloom.Server("tiny", tasks="tiny"), ["Server()", "tasks", "['tiny']"]),
+    (lambda: sparseloom.Server("tiny", max_queued=0), ["Server()", "max_queued", ">= 1"]),
+    (lambda: sparseloom.Server("tiny", slos={"tiny": 3}), ["Server()", "slos['tiny']"]),
+    (lambda: sparseloom.Server("tiny", profile="p.json"), ["Server()", "profile"]),
 ]
 
 

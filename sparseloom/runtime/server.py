@@ -35,6 +35,7 @@ import attrs
 from sparseloom.core.errors import RuntimeServeError
 from sparseloom.core.types import SLO
 from sparseloom.runtime import switching
+from sparseloom.runtime.arguments import check_server_arguments
 from sparseloom.runtime.executor import Runtime, RuntimeOptions
 from sparseloom.runtime.models import profile_processors
 from sparseloom.runtime.stats import ServerStats, server_stats
@@ -69,10 +70,13 @@ class Server:
                  memory_budget: float | int = 1.0, tasks: Sequence[str] | None = None,
                  max_queued: int | None = DEFAULT_MAX_QUEUED,
                  options: RuntimeOptions | None = None, progress: bool = False) -> None:
+        checked_slos = check_server_arguments(workload, profile, policy, slos, processors,
+                                              memory_budget, tasks, max_queued, options,
+                                              progress)
         self._workload = workload
         self._profile = profile
         self._policy = policy
-        self._slos = dict(slos or {})
+        self._slos = checked_slos
         self._processors = tuple(processors or ())
         self._memory_budget = memory_budget
         self._tasks = None if tasks is None else tuple(tasks)
