@@ -27,16 +27,19 @@ import attrs
 
 from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO, Feedback, Plan
-from sparseloom.plan.calibration import Calibration
+from sparseloom.plan.calibration import RECOVERY_HALF_LIFE_S, Calibration
 from sparseloom.plan.feasible import check_slos, restrict_profile
 from sparseloom.profile.table import ProfileTable
 
 #: Seconds a plan serves before feedback may replace it (hysteresis: windows of 20 requests
 #: come every few ms on the bundled tasks, and a switch that loads models costs 50–390 ms).
-DWELL_S = 1.0
+DWELL_S = 2.0
 #: A re-plan is taken only when it predicts a violating task at least this much faster than
-#: observed.
+#: observed ...
 MIN_GAIN = 0.1
+#: ... or, without a violation, the tasks' mean latency this much lower than the running
+#: plan's (a switch costs loads and a drained route; noise must not pay for one).
+MIN_GAIN_UNFORCED = 0.25
 
 def processor_names(processors: Sequence[Any] | None, table: ProfileTable) -> list[str]:
     """Names of ``processors`` (records or names); the table's own when ``None`` or empty."""
@@ -64,9 +67,14 @@ class ProfilePolicy:
     _processors: list[str] = attrs.field(factory=list, init=False)
     _current: Plan | None = attrs.field(default=None, init=False)
     _previous: Plan | None = attrs.field(default=None, init=False)
-    _calibration: Calibration = attrs.field(factory=Calibration, init=False)
+    #: Seconds for an unobserved processor's factor to come halfway back to its profile.
+    recovery_half_life_s: float = attrs.field(default=RECOVERY_HALF_LIFE_S, kw_only=True)
+    _calibration: Calibration = attrs.field(init=False)
     _planned: Calibration = attrs.field(factory=Calibration, init=False)
     _since_s: float = attrs.field(factory=time.monotonic, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._calibration = Calibration(half_life_s=self.recovery_half_life_s)
 
     def plan(self, tasks: Sequence[str], profile: ProfileTable, processors: Sequence[Any],
              slos: Mapping[str, SLO]) -> Plan:
@@ -77,6 +85,7 @@ class ProfilePolicy:
         self._table = select_tasks(profile, tasks)
         self._slos = check_slos(self._table, slos)
         self._processors = processor_names(processors, profile)
+        self._since_s = time.monotonic()  # a plan made here serves its dwell time too
         return self._replan()
 
     def on_feedback(self, observations: Feedback) -> Plan | None:
@@ -86,9 +95,13 @@ class ProfilePolicy:
         measured service time against its profile, smoothed, and each task's observed window
         statistic against what the running plan predicted for it, both as factors on the
         *measured* profile (replaced, never compounded; they fall again when the load does).
-        A violation re-plans only after the running plan has served :data:`DWELL_S`, and the
-        new plan is taken only when it predicts a violating task at least :data:`MIN_GAIN`
-        faster than observed: one slow window does not move the plan, and two plans never
+        A violation, or a processor whose factor moved by more than
+        :data:`~sparseloom.plan.calibration.RECALIBRATE` since the plan was made (it slowed
+        down, or recovered), re-plans — only after the running plan has served
+        :data:`DWELL_S`; the new plan is taken only when it predicts a
+        violating task at least :data:`MIN_GAIN` faster than observed, or the tasks' mean
+        latency :data:`MIN_GAIN_UNFORCED` lower than the running plan's re-predicted with what
+        was learned since. One slow window does not move the plan, and two plans never
         alternate window by window.
         """
         if self._table is None or self._current is None:
@@ -105,14 +118,18 @@ class ProfilePolicy:
                                            self._planned, now)
         violating = [t for t, bad in observations.violated.items()
                      if bad and t in self._table.tasks]
-        if not violating or now - self._since_s < DWELL_S:
+        moved = self._calibration.moved_since(self._planned, self._processors, now)
+        if not (violating or moved) or now - self._since_s < DWELL_S:
             return None
         running = (self._current, self._previous, self._planned)
+        expected = self._calibration.repredict(self._table, running[0], running[2], now)
         fresh = self._replan()
         gains = [task for task in violating
                  if fresh.estimated_latency_ms.get(task, math.inf)
                  <= (1 - MIN_GAIN) * observations.latency_ms[task]]
-        if not gains or _same_paths(fresh, running[0]):
+        better = _mean(fresh.estimated_latency_ms, expected) <= (
+            1 - MIN_GAIN_UNFORCED) * _mean(expected, expected)
+        if not (gains or better) or _same_paths(fresh, running[0]):
             # Keep predicting what really runs, with the factors it was planned under.
             self._current, self._previous, self._planned = running
             return None
@@ -137,6 +154,12 @@ class ProfilePolicy:
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Choose the order and the variants; ``table`` holds only usable processors."""
         raise NotImplementedError
+
+
+def _mean(values: Mapping[str, float], tasks: Mapping[str, float]) -> float:
+    """The mean of ``values`` over the tasks of ``tasks`` (``inf`` when one is missing)."""
+    picked = [float(values.get(t, math.inf)) for t in tasks]
+    return sum(picked) / len(picked) if picked else math.inf
 
 
 def _same_paths(one: Plan | None, other: Plan | None) -> bool:

@@ -84,19 +84,21 @@ def make_feedback(plan: Plan, monitors: Mapping[str, LatencyMonitor],
 
 
 #: Profiled seconds of work a processor must have run since the last feedback before its
-#: slowdown is reported (a few stages: one stage's noise is not a trend).
+#: slowdown is reported (a few stages: one stage's noise is not a trend) — or four times that
+#: measured, so that a processor much slower than profiled is reported as soon.
 MIN_CALIBRATION_S = 0.005
 
 
 def processor_slowdown(workers: Mapping[str, Any], last: dict[str, tuple[float, float]]
                        ) -> dict[str, float]:
     """Each worker's measured over profiled model time since ``last`` (updated in place);
-    workers that ran less than :data:`MIN_CALIBRATION_S` of profiled work are left out."""
+    workers that ran too little since (:data:`MIN_CALIBRATION_S`) are left out."""
     out = {}
     for name, worker in workers.items():
         busy, profiled = worker.busy_s, worker.profiled_s
         before_busy, before_profiled = last.get(name, (0.0, 0.0))
-        if profiled - before_profiled >= MIN_CALIBRATION_S:
+        if profiled > before_profiled and (profiled - before_profiled >= MIN_CALIBRATION_S
+                                           or busy - before_busy >= 4 * MIN_CALIBRATION_S):
             out[name] = (busy - before_busy) / (profiled - before_profiled)
             last[name] = (busy, profiled)
     return out

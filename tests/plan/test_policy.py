@@ -83,10 +83,6 @@ def test_a_violation_whose_re_plan_changes_nothing_returns_none(
                                        violated={"x": True})) is None
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "bug: ProfilePolicy.plan() does not restart the dwell (_since_s is set only at "
-    "construction and in _switch_to), so a plan made by plan() — the first one, or one made "
-    "again on a join or an SLO change — can be replaced by the very next feedback"))
 def test_a_plan_made_by_plan_also_serves_the_dwell() -> None:
     policy = SparseLoomPolicy()
     time.sleep(policy_module.DWELL_S)  # e.g. the server loading models before the first plan
