@@ -297,6 +297,10 @@ def get_processor(
     base = next((p for p in known if p.name == parsed.name), None)
     if base is None:
         base = next((p for p in known if p.name.lower() == parsed.name.lower()), None)
+    failed = next((p for p in known if p.name == f"{parsed.backend}:*"), None)
+    if base is None and failed is not None:  # its backend's discovery raised
+        raise BackendError(f"processor {parsed.name!r}: backend {parsed.backend!r} could not "
+                           f"list its devices ({failed.reason})")
     if base is None:
         names = ", ".join(p.name for p in known) or "none"
         raise UnknownNameError(f"unknown processor {parsed.name!r}; known processors: {names}. "

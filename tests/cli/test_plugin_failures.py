@@ -30,11 +30,14 @@ def test_a_backend_that_raises_is_one_line_naming_it(plugin_env: dict[str, str])
     from sparseloom.api import load_workload
 
     model = Path(load_workload("tiny", progress=False).tasks[0].info["cache_dir"]) / "model.onnx"
-    for point in ("compile", "load", "infer"):
+    for point in ("compile", "load", "infer"):  # devices: below
         proc = run_cli(["infer", model, "-p", f"fail-{point}:CPU", "--repeat", "1"],
                        **plugin_env)
         refused(proc, f"backend 'fail-{point}'", DISTRIBUTION, "6.6.6", f"{point}()",
                 f"RuntimeError: injected {point} failure", "SPARSELOOM_DEBUG=1")
+    refused(run_cli(["infer", model, "-p", "fail-devices:CPU"], **plugin_env),
+            "processor 'fail-devices:CPU'", "could not list its devices", DISTRIBUTION,
+            "devices()", "injected devices failure")
     debug = run_cli(["infer", model, "-p", "fail-load:CPU"], **plugin_env, SPARSELOOM_DEBUG="1")
     assert debug.returncode == 1 and "Traceback" in debug.stderr, debug.stderr
     assert "in load" in debug.stderr, debug.stderr  # the plugin's own frame

@@ -3,8 +3,9 @@
 Every implementation here raises a plain ``RuntimeError("injected <point> failure")`` (not a
 sparseloom error) at one point, as a buggy plugin would:
 
-* backends ``fail-compile``, ``fail-load``, ``fail-infer`` (each with one CPU processor,
-  ``fail-<point>:CPU``), otherwise ONNX Runtime through the documented protocols;
+* backends ``fail-devices``, ``fail-compile``, ``fail-load``, ``fail-infer`` (each with one
+  CPU processor, ``fail-<point>:CPU``), otherwise ONNX Runtime through the documented
+  protocols;
 * policies ``fail-plan`` (its ``plan`` raises) and ``fail-feedback`` (plans like
   ``sparseloom``; its ``on_feedback`` raises);
 * accuracy estimators ``fail-fit`` and ``fail-predict``;
@@ -33,7 +34,7 @@ from tests.plugin_dists import make_distribution
 from tests.plugins.backends.protocol_only import ProtocolOnlyBackend
 
 DISTRIBUTION = "sparseloom-failing-plugins"
-BACKEND_POINTS = ("compile", "load", "infer")
+BACKEND_POINTS = ("devices", "compile", "load", "infer")
 
 
 def injected(point: str) -> RuntimeError:
@@ -42,9 +43,15 @@ def injected(point: str) -> RuntimeError:
 
 
 class FailingBackend(ProtocolOnlyBackend):
-    """ONNX Runtime that raises in :attr:`fails_in` (``compile``, ``load`` or ``infer``)."""
+    """ONNX Runtime that raises in :attr:`fails_in` (``devices``, ``compile``, ``load`` or
+    ``infer``)."""
 
     fails_in: ClassVar[str] = ""
+
+    def devices(self) -> list[Processor]:
+        if self.fails_in == "devices":
+            raise injected("devices")
+        return super().devices()
 
     def compile(self, model: Any, processor: Processor) -> bytes:
         if self.fails_in == "compile":
