@@ -51,6 +51,8 @@ def simulated_closed(context: Any, contenders: Sequence[Any], options: Any,
     from sparseloom.evaluation.simulator import SimConfig, simulate
 
     slos = dense_slos(context)
+    rows_per_task = {name: int(context.workload.task(name).num_eval)
+                     for name in context.workload.task_names}
     measured = {row["contender"]: row for row in closed["contenders"]}
     rows = []
     for contender in contenders:
@@ -60,7 +62,7 @@ def simulated_closed(context: Any, contenders: Sequence[Any], options: Any,
         try:
             results = [simulate(context.profile, SimConfig(
                 policy=contender.name, slos=slos, queries=options.queries,
-                seed=options.seed + round_index, score_served=True))
+                seed=options.seed + round_index, score_served=True, eval_rows=rows_per_task))
                 for round_index in range(options.rounds)]
         except Exception as error:  # a simulation that fails is reported, not fatal
             row["error"] = f"{type(error).__name__}: {error}"
@@ -78,7 +80,7 @@ def simulated_closed(context: Any, contenders: Sequence[Any], options: Any,
         if slowdown:
             calibrated = [simulate(context.profile, SimConfig(
                 policy=contender.name, slos=slos, queries=options.queries, slowdown=slowdown,
-                seed=options.seed + round_index, score_served=True))
+                seed=options.seed + round_index, score_served=True, eval_rows=rows_per_task))
                 for round_index in range(options.rounds)]
             again = compare(statistics.median(r.throughput_rps for r in calibrated),
                             statistics.median(r.violation_rate for r in calibrated), mine)

@@ -23,7 +23,9 @@ class SimTaskResult:
     ``accuracy`` is the profile's metric of the variant served most; with
     ``SimConfig.score_served`` the accuracy SLO is judged, as a real run judges it, on the
     requests served: ``accuracy_served`` is then a seeded draw of Binomial(completed,
-    accuracy) / completed (each served eval row right with the variant's probability), else
+    accuracy) / completed (each served eval row right with the variant's probability) — or,
+    where ``SimConfig.eval_rows`` gives the task's eval-set size N, the runtime's own draw:
+    whole passes over the N rows, then the rest without replacement (hypergeometric) — else
     equal to ``accuracy``.
     """
 
@@ -88,7 +90,8 @@ def sim_result(sim: Any, resident_bytes: int) -> SimResult:
         accuracy = float(profile.task(name).accuracy(list(route.choices)))
         served = accuracy
         if sim.config.score_served and samples and 0.0 <= accuracy <= 1.0:
-            served = float(rng.binomial(len(samples), accuracy)) / len(samples)
+            served = served_accuracy(rng, accuracy, len(samples),
+                                     int(sim.config.eval_rows.get(name, 0)))
         sides = [side for side, bad in (
             ("accuracy", not served >= slo.accuracy),
             ("latency", not stats.percentile(STATISTIC) <= slo.latency_ms)) if bad]
@@ -109,6 +112,21 @@ def sim_result(sim: Any, resident_bytes: int) -> SimResult:
                      for q, b in sim.busy_ms.items()},
         switches=sim.switches, load_ms=sim.load_ms, decision_seconds=sim.decision_seconds,
         resident_bytes=int(resident_bytes))
+
+
+def served_accuracy(rng: np.random.Generator, accuracy: float, served: int,
+                    eval_rows: int = 0) -> float:
+    """The accuracy of ``served`` requests of a variant right with probability ``accuracy``.
+
+    With ``eval_rows`` = N > 0, as the runtime serves them: rows of a shuffled N-row eval
+    set in turn, ``round(accuracy · N)`` of them right — whole passes, then the rest drawn
+    without replacement. Without: each request right independently (binomial)."""
+    if eval_rows <= 0:
+        return float(rng.binomial(served, accuracy)) / served
+    right = round(accuracy * eval_rows)
+    passes, rest = divmod(served, eval_rows)
+    drawn = int(rng.hypergeometric(right, eval_rows - right, rest)) if rest else 0
+    return float(passes * right + drawn) / served
 
 
 def pipeline_bound_rps(profile: ProfileTable, routes: Mapping[str, Any]) -> float:

@@ -101,6 +101,8 @@ class SimConfig:
             one right with the variant's profiled probability: a seeded binomial draw), not
             on the profile's accuracy: with 100 queries a variant at 98.4 % misses a 97.5 %
             SLO in about one run of five (P(Binomial(100, 0.984) ≤ 97) = 0.22).
+        eval_rows: eval-set size per task: served rows are drawn as the runtime draws them
+            (passes over a shuffled set; fewer rows, less spread); absent: binomial.
     """
 
     policy: str = "sparseloom"
@@ -118,6 +120,7 @@ class SimConfig:
     service: str = attrs.field(default="sampled", validator=attrs.validators.in_(SERVICE_MODELS))
     seed: int = 0
     score_served: bool = False
+    eval_rows: Mapping[str, int] = attrs.field(factory=dict, converter=as_dict)
 
     @property
     def join_every(self) -> int:

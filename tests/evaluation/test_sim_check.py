@@ -50,8 +50,9 @@ def _context() -> SimpleNamespace:
     table.tasks["x"] = task_profile("x", np.array([[[2.0, 9.0]], [[1.0, 9.0]]]),
                                     accuracy=np.array([1.0]))
     zoo = SimpleNamespace(manifest={"metric": {"dense": 1.0}})
-    return SimpleNamespace(profile=table, workload=SimpleNamespace(task_names=("x",)),
-                           zoos={"x": zoo})
+    workload = SimpleNamespace(task_names=("x",),
+                               task=lambda name: SimpleNamespace(num_eval=100))
+    return SimpleNamespace(profile=table, workload=workload, zoos={"x": zoo})
 
 
 def test_policy_contenders_are_simulated_and_stock_runtimes_skipped() -> None:

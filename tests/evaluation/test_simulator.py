@@ -9,6 +9,7 @@ import pytest
 
 from sparseloom.core.errors import SimulationError
 from sparseloom.core.types import SLO, Plan, StitchedVariant
+from sparseloom.evaluation.simresult import served_accuracy
 from sparseloom.evaluation.simulator import SimConfig, pipeline_bound_rps, simulate
 from sparseloom.evaluation.synthetic import synthetic_profile, task_profile
 from sparseloom.profile.table import ProfileTable
@@ -205,3 +206,13 @@ def test_served_accuracy_misses_a_close_slo_as_often_as_the_binomial_says() -> N
     plain = simulate(table, SimConfig(queries=100, monitor=False, slos=slos), policy=policy)
     assert plain.violation_rate == 0.0
     assert plain.tasks[0].accuracy_served == pytest.approx(0.984)
+
+
+def test_served_rows_are_drawn_as_the_runtime_draws_them() -> None:
+    # 40 eval rows, 39 right (97.5 %). 80 requests: two whole passes, 78 right, exactly
+    # 97.5 %. 100 requests: two passes (78 right) + 20 of the 40 rows drawn without
+    # replacement, of which 19 or 20 are right (the one wrong row is drawn or not): 97 or 98 %.
+    rng = np.random.default_rng(0)
+    assert served_accuracy(rng, 0.975, 80, eval_rows=40) == pytest.approx(0.975)
+    seen = {served_accuracy(rng, 0.975, 100, eval_rows=40) for _ in range(200)}
+    assert seen == {0.97, 0.98}
