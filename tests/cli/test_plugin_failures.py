@@ -49,6 +49,8 @@ def test_a_policy_that_raises_is_one_line_naming_it(plugin_env: dict[str, str]) 
             "policy 'fail-plan'", DISTRIBUTION, "plan()", "injected plan failure")
     refused(run_cli(["plan", "tiny", "--policy", "fail-factory"], **plugin_env),
             "policy 'fail-factory'", DISTRIBUTION, "its factory", "injected factory failure")
+    refused(run_cli(["workloads", "build", "fail-workload"], **plugin_env),
+            "workload 'fail-workload'", DISTRIBUTION, "its factory", "injected factory failure")
     refused(run_cli(["simulate", "tiny", "--policy", "fail-plan"], **plugin_env),
             "policy 'fail-plan'", DISTRIBUTION, "plan()", "injected plan failure")
     refused(run_cli(["run", "tiny", "--policy", "fail-plan", "--queries", "5"], **plugin_env),

@@ -9,7 +9,8 @@ sparseloom error) at one point, as a buggy plugin would:
 * policies ``fail-plan`` (its ``plan`` raises) and ``fail-feedback`` (plans like
   ``sparseloom``; its ``on_feedback`` raises);
 * accuracy estimators ``fail-fit`` and ``fail-predict``;
-* a policy factory that raises, ``fail-factory``;
+* a policy factory that raises, ``fail-factory``, and a workload ``fail-workload`` whose
+  factory raises;
 * a compressor ``failcompress`` whose ``compress`` raises;
 * :data:`OBSERVER`, a separate plugin whose ``sparseloom_slo_violation`` and
   ``sparseloom_profile_built`` observers raise.
@@ -142,6 +143,11 @@ def sparseloom_register_policies(register: Any) -> None:
 @hookimpl
 def sparseloom_register_compressors(register: Any) -> None:
     register("failcompress", FailingCompressor, description="compress() raises")
+
+
+@hookimpl
+def sparseloom_register_workloads(register: Any) -> None:
+    register("fail-workload", failing_factory, description="its factory raises")
 
 
 @hookimpl
