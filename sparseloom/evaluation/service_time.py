@@ -10,8 +10,12 @@ profile's. The draws are seeded, so a simulation is reproducible.
 Why ``sampled`` is the default: a constant p25 gives every stage its *fastest quarter* time,
 and no queue ever forms from variation — a closed loop over a shared processor then looks
 smoother than it is and the p90 latency that judges a latency SLO is too low. The median
-alone moves the mean but keeps the p90 of a lone task equal to its p50. The draw keeps the
-measured spread: p90 of a simulated lone chain lies above its median, as a real one does.
+alone moves the centre but keeps the p90 of a lone task equal to its p50. The draw keeps the
+measured spread (and its right skew: its mean lies above the median), and it validated best:
+against ``bench serve --scenario closed`` medians (7 policies on ``default``, 11 on ``tiny``
+and on a two-task workload; load average 3–5, so noisy), the mean |throughput error| was
+9.9 / 13.0 / 14.2 % (sampled / median / p25) on ``default``, 110 / 113 / 128 % on ``tiny`` and
+217 / 242 / 259 % on the two-task one.
 """
 
 from __future__ import annotations
