@@ -198,9 +198,8 @@ def _parse_task(table: Any, index: int, base: Path, where_file: str) -> TaskDefi
         if key in table:
             path = (base / table[key]).resolve()
             if not path.is_file():
-                raise ConfigError(
-                    f"{where}: {key} file {table[key]!r} not found (looked at {path})"
-                )
+                found = "is a folder, not a file" if path.is_dir() else "not found"
+                raise ConfigError(f"{where}: {key} file {table[key]!r} {found} (looked at {path})")
             paths[key] = path
     return TaskDefinition(metric=metric, **paths, **common)
 
@@ -212,9 +211,13 @@ def read_workload_file(
     path = Path(path).expanduser().resolve()
     where = f"workload file {path}"
     if not path.is_file():
-        raise ConfigError(f"{where} not found")
+        raise ConfigError(f"{where} {'is a folder, not a file' if path.is_dir() else 'not found'}")
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if text.startswith("\ufeff"):  # tomllib calls it an "invalid statement" at 1:1
+            raise ConfigError(f"{where} starts with a byte-order mark (U+FEFF), which TOML does "
+                              "not allow; save it as UTF-8 without BOM")
+        document = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{where} is not valid TOML: {error}") from None
     _check_keys(document, _TOP_KEYS, where)

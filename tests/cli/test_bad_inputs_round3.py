@@ -250,6 +250,14 @@ def test_messages_name_the_real_cause_and_a_fix_that_works(tmp_path: Path) -> No
                    "not an .npz archive", "numpy.savez")
     assert "pickle" not in line
     assert model.is_file()
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "w.toml").read_bytes())
+    refused(run_cli(["workloads", "build", tmp_path / "bom.toml"]), "byte-order mark",
+            "without BOM")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "dir.toml").write_text('name = "w"\n[[task]]\nname = "t"\n'
+                                       'model = "folder"\ndata = "data.npz"\n')
+    refused(run_cli(["workloads", "build", tmp_path / "dir.toml"]), "model file 'folder'",
+            "is a folder, not a file")
 
 
 def test_a_drift_threshold_read_as_percent_is_warned() -> None:
