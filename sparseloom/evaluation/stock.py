@@ -111,12 +111,16 @@ class _WholePlan:
         return (self.placement[task],)
 
 
-def serve_stock(workload: Any, zoos: Mapping[str, Any], stock: StockRuntime, spec: LoadSpec,
-                slos: Mapping[str, SLO], *, cores: Sequence[int] = (),
+def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRuntime,
+                spec: LoadSpec, slos: Mapping[str, SLO], *, cores: Sequence[int] = (),
                 picks: Mapping[str, Sequence[int]] | None = None) -> RunSummary:
     """Serve every task of ``workload`` on ``stock`` under ``spec`` and summarise the run.
 
-    :param zoos: each task's subgraph zoo (the picks are its stitched variants).
+    With an arrival order in ``spec`` the first task starts alone and the others join as the
+    load generator says (a stock runtime has nothing to re-plan: each joins on its session).
+
+    :param zoos: each task's subgraph zoo (the picks are its stitched variants); only needed
+        with picks.
     :param slos: the SLOs the run is judged by.
     :param cores: the cores of sparseloom's processors (the matched runtimes' callers).
     :param picks: with ``stock.picks``, each task's stitched variant.
@@ -124,25 +128,28 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any], stock: StockRuntime, spe
     """
     from sparseloom.zoo.whole import whole_model_zoo
 
-    if stock.picks and not picks:
-        raise EvaluationError(f"{stock.name} serves a sparseloom policy's picks; none given")
+    if stock.picks and not (picks and zoos):
+        raise EvaluationError(f"{stock.name} serves a sparseloom policy's picks and needs the "
+                              f"tasks' zoos; none given")
     names = list(workload.task_names)
     cores = tuple(cores) or allowed_cores()
     tasks, processors, variants, placement = [], [], {}, {}
     for name in names:
         task = workload.task(name)
         chosen = [tuple(picks[name])] if stock.picks and picks else []
-        zoo = whole_model_zoo(zoos[name], task.model_path, chosen)
+        zoo = whole_model_zoo(task, zoos[name] if chosen and zoos else None, chosen)
         tasks.append(RuntimeTask(task, zoo, slos[name]))
         processor = stock.processor(name, cores)
         processors.append(processor)
         variants[name] = StitchedVariant(name, (1 if chosen else 0,))
         placement[name] = processor.name
-    runtime = Runtime(tasks, processors, options=RuntimeOptions())
+    plan = _WholePlan(variants, placement)
+    runtime = Runtime(tasks, processors, options=RuntimeOptions(),
+                      planner=lambda active, down: plan)
     rss_before = rss_bytes()
     started = time.perf_counter()
     try:
-        switching.start(runtime, _WholePlan(variants, placement))
+        switching.start(runtime, plan, active=spec.arrival_order[:1] or None)
         load = offer(runtime, spec)
         settings = {"workload": workload.name, "policy": stock.name,
                     "processors": [p.name for p in processors], "queries": spec.queries,

@@ -69,12 +69,10 @@ class ProfilePolicy:
     _previous: Plan | None = attrs.field(default=None, init=False)
     #: Seconds for an unobserved processor's factor to come halfway back to its profile.
     recovery_half_life_s: float = attrs.field(default=RECOVERY_HALF_LIFE_S, kw_only=True)
-    _calibration: Calibration = attrs.field(init=False)
+    _calibration: Calibration = attrs.field(init=False, default=attrs.Factory(
+        lambda self: Calibration(half_life_s=self.recovery_half_life_s), takes_self=True))
     _planned: Calibration = attrs.field(factory=Calibration, init=False)
     _since_s: float = attrs.field(factory=time.monotonic, init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._calibration = Calibration(half_life_s=self.recovery_half_life_s)
 
     def plan(self, tasks: Sequence[str], profile: ProfileTable, processors: Sequence[Any],
              slos: Mapping[str, SLO]) -> Plan:

@@ -49,28 +49,33 @@ def merged_path(zoo: Zoo, choices: Sequence[int]) -> Path:
     return path
 
 
-def whole_model_zoo(zoo: Zoo, dense_model: str | os.PathLike[str],
+def whole_model_zoo(task: Any, zoo: Zoo | None = None,
                     picks: Sequence[Sequence[int]] = ()) -> Zoo:
-    """A one-position zoo of ``zoo``'s task: variant 0 the dense model, then each pick merged.
+    """A one-position zoo of ``task``: variant 0 its dense model, then each pick merged.
 
-    :param zoo: the task's subgraph zoo (the picks are its stitched variants).
-    :param dense_model: the task's dense ONNX model.
+    :param task: the workload task (its dense model, name and metric).
+    :param zoo: the task's subgraph zoo; needed only for ``picks`` (its stitched variants).
     :param picks: stitched variants (one choice per position of ``zoo``) to serve whole.
-    :raises ZooError: a pick that does not fit ``zoo``, or a dense model that cannot be read.
+    :raises ZooError: picks without a zoo or that do not fit it, or a dense model that cannot
+        be read.
     """
     import onnx
 
-    dense = Path(dense_model)
+    if picks and zoo is None:
+        raise ZooError(f"picks {list(picks)} of task {task.name!r} need the task's zoo to "
+                       f"merge them from")
+    dense = Path(task.model_path)
     try:
         graph = onnx.load(str(dense), load_external_data=False).graph
     except Exception as error:  # onnx raises DecodeError, OSError ...
-        raise ZooError(f"cannot read the dense model {dense} of task {zoo.task!r}: "
+        raise ZooError(f"cannot read the dense model {dense} of task {task.name!r}: "
                        f"{error}") from error
     initializers = {t.name for t in graph.initializer}
     inputs = _tensors(v for v in graph.input if v.name not in initializers)
     outputs = _tensors(graph.output)
     files: list[tuple[Path, str, str, list[list[Any]]]] = [(dense, "dense", "dense", [])]
     for choices in picks:
+        assert zoo is not None
         checked = zoo.check_choices(choices)
         names = [zoo.variants[c].name for c in checked]
         files.append((merged_path(zoo, checked), f"stitched-{'_'.join(map(str, checked))}",
@@ -85,10 +90,10 @@ def whole_model_zoo(zoo: Zoo, dense_model: str | os.PathLike[str],
                           "inputs": [t["name"] for t in inputs],
                           "outputs": [t["name"] for t in outputs]})
     manifest = {
-        "format": 2, "task": zoo.task, "hash": f"{zoo.hash}-whole",
-        "metric": {"name": zoo.metric_name},
+        "format": 2, "task": task.name, "hash": f"{file_hash(dense)[:16]}-whole",
+        "metric": {"name": task.metric},
         "partition": {"cuts": []},
         "positions": [{"position": 0, "inputs": inputs, "outputs": outputs}],
         "variants": variants, "subgraphs": subgraphs,
     }
-    return Zoo(zoo.directory, manifest)
+    return Zoo(dense.parent, manifest)

@@ -76,7 +76,12 @@ def test_a_slowed_processor_moves_the_plan_once_and_back_when_it_recovers(
             thread.start()
         # The (fast, 3-repeat) profile is corrected by what the workers measure: on a steady
         # load that may move the plan, at most twice, then it settles.
-        time.sleep(3.5)
+        for _ in range(3):  # settled: no plan applied for a whole dwell (2 s)
+            version = runtime.plan_version
+            time.sleep(2.1)
+            if runtime.plan_version == version and all(
+                    s.pending is None for s in runtime.states.values()):
+                break
         steady = runtime.plan_version  # +1 per plan applied (a plan may move several tasks)
         assert steady <= 2, [e.to_route for e in runtime.switches]
         # The processor the settled plan loads most: slowing it makes the other worth using.
