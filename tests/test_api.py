@@ -16,10 +16,13 @@ import pytest
 import sparseloom
 from sparseloom.core.errors import ArgumentError, SparseloomError
 from sparseloom.core.types import SLO
+from sparseloom.evaluation.harness import EvalConfig
+from sparseloom.evaluation.simulator import SimConfig
 from sparseloom.profile.builder import ProfileOptions
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.session import RunConfig
+from sparseloom.zoo.options import ZooOptions
 from tests.plan.tables import random_table
 
 CASES: list[tuple[Callable[[], Any], list[str]]] = [
@@ -64,6 +67,17 @@ CASES: list[tuple[Callable[[], Any], list[str]]] = [
     (lambda: RunConfig(memory_budget=0), ["RunConfig", "memory_budget", "> 0"]),
     (lambda: SLO("high", 3), ["SLO accuracy", "number", "'high'"]),
     (lambda: ProfileOptions(seed=-1), ["ProfileOptions", "seed", ">= 0"]),
+    (lambda: ProfileOptions(samples=0), ["ProfileOptions", "samples", ">= 1"]),
+    (lambda: ProfileOptions(variants="int8"), ["ProfileOptions", "variants", "['int8']"]),
+    (lambda: ProfileOptions(accuracy_estimator=3), ["accuracy_estimator", "3 (int)"]),
+    (lambda: ZooOptions(subgraphs="2"), ["ZooOptions", "subgraphs", "whole number"]),
+    (lambda: ZooOptions(variants="int8"), ["ZooOptions", "variants", "['int8']"]),
+    (lambda: ZooOptions(processors="ov:CPU"), ["ZooOptions", "processors", "['ov:CPU']"]),
+    (lambda: ZooOptions(min_fraction=math.nan), ["ZooOptions", "min_fraction", "finite"]),
+    (lambda: SimConfig(memory_budget=math.nan), ["SimConfig", "memory_budget", "finite"]),
+    (lambda: SimConfig(arrival_order="ab"), ["SimConfig", "arrival_order", "['ab']"]),
+    (lambda: EvalConfig(queries=0), ["EvalConfig", "queries", ">= 1"]),
+    (lambda: EvalConfig(contenders="sparseloom"), ["EvalConfig", "contenders"]),
     (lambda: sparseloom.Server(None), ["Server()", "workload", "NoneType"]),
     (lambda: sparseloom.Server("tiny", tasks="tiny"), ["Server()", "tasks", "['tiny']"]),
     (lambda: sparseloom.Server("tiny", max_queued=0), ["Server()", "max_queued", ">= 1"]),

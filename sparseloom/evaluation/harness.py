@@ -33,6 +33,7 @@ from sparseloom.core.registry import get_registry
 from sparseloom.core.types import SLO, as_tuple
 from sparseloom.evaluation.simulator import SimConfig, simulate
 from sparseloom.evaluation.vanilla import VANILLA_RUNNERS, run_vanilla, violations
+from sparseloom.workload.arguments import names_attribute, number_field
 
 
 @attrs.frozen
@@ -56,13 +57,14 @@ class EvalConfig:
         seed: seeds the order sample and the runs' sample draws.
     """
 
-    contenders: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
-    exclude: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
+    contenders: tuple[str, ...] = names_attribute()
+    exclude: tuple[str, ...] = names_attribute()
     slo_configs: tuple[int, ...] = attrs.field(default=(), converter=as_tuple)
     simulate_rest: bool = True
-    orders: int | None = None
-    queries: int = 100
-    repeats: int = 3
+    orders: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
+    queries: int = attrs.field(default=100, validator=number_field(low=1, integer=True))
+    repeats: int = attrs.field(default=3, validator=number_field(low=1, integer=True))
     budgets: tuple[float, ...] = (0.05, 0.15, 0.35, 0.55, 0.75, 1.0)
     budget_policy: str = "sparseloom"
     order_runs: bool = True

@@ -55,7 +55,7 @@ import attrs
 
 from sparseloom.core.errors import SimulationError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, Plan, as_dict, as_tuple
+from sparseloom.core.types import SLO, Plan, as_dict
 from sparseloom.evaluation.service_time import SERVICE_MODELS, ServiceTimes
 from sparseloom.evaluation.simresult import (
     SimResult,
@@ -65,6 +65,7 @@ from sparseloom.evaluation.simresult import (
 )
 from sparseloom.profile.table import ProfileTable
 from sparseloom.runtime.monitor import WINDOW, LatencyMonitor, make_feedback
+from sparseloom.workload.arguments import names_attribute, number_field
 
 #: The runtime's bookkeeping per request outside model calls. Measured on a one-processor
 #: (``av-np``) closed loop of two tiny-model tasks on ort:CPU, where it is on the critical path:
@@ -107,13 +108,15 @@ class SimConfig:
 
     policy: str = "sparseloom"
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict)
-    queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
-    arrival_order: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
-    join_after: int | None = None
-    memory_budget: float | int = 1.0
-    processors: tuple[str, ...] = attrs.field(default=(), converter=as_tuple)
+    queries: int = attrs.field(default=100, validator=number_field(low=1, integer=True))
+    arrival_order: tuple[str, ...] = names_attribute()
+    join_after: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
+    memory_budget: float | int = attrs.field(default=1.0,
+                                             validator=number_field(low=0, low_open=True))
+    processors: tuple[str, ...] = names_attribute()
     monitor: bool = True
-    window: int = WINDOW
+    window: int = attrs.field(default=WINDOW, validator=number_field(low=1, integer=True))
     slowdown: Mapping[str, float] = attrs.field(factory=dict, converter=as_dict)
     request_overhead_ms: float = attrs.field(default=REQUEST_OVERHEAD_MS,
                                              validator=attrs.validators.ge(0.0))

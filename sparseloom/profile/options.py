@@ -15,13 +15,15 @@ from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
 from sparseloom.profile.features import DEFAULT_FEATURE_SET, FEATURE_SETS
 from sparseloom.profile.measure import ProfilerConfig
-from sparseloom.workload.arguments import number_field
+from sparseloom.workload.arguments import instance_field, names_field, number_field
 
 __all__ = ["ProfileOptions", "check_estimator", "processor_key", "resolve_processors", "zoo_for"]
 
 
-def _optional_names(values: Sequence[str] | None) -> tuple[str, ...] | None:
-    return None if values is None else tuple(str(v) for v in values)
+def _optional_names(values: Sequence[str] | None) -> Any:
+    if values is None or isinstance(values, str):  # a lone string: refused by the validator
+        return values
+    return tuple(str(v) for v in values)
 
 
 @attrs.frozen
@@ -50,16 +52,21 @@ class ProfileOptions:
             and how (:func:`~sparseloom.profile.executors.get_executor`); in no cache key.
     """
 
-    accuracy_estimator: str = "xgboost"
-    latency_estimator: str = "additive-fitted"
-    samples: int | None = None
+    accuracy_estimator: str = attrs.field(
+        default="xgboost", validator=instance_field(str, "a registered estimator name"))
+    latency_estimator: str = attrs.field(
+        default="additive-fitted", validator=instance_field(str, "a registered estimator name"))
+    samples: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
     feature_set: str = attrs.field(default=DEFAULT_FEATURE_SET,
                                    validator=attrs.validators.in_(FEATURE_SETS))
     config: ProfilerConfig = attrs.field(factory=ProfilerConfig)
-    subgraphs: int | None = None
+    subgraphs: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
     seed: int = attrs.field(default=0, validator=number_field(low=0, integer=True))
     evaluation_processor: str = "ort:CPU"
-    variants: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names)
+    variants: tuple[str, ...] | None = attrs.field(default=None, converter=_optional_names,
+                                                   validator=names_field)
     compressor_options: Mapping[str, Mapping[str, Any]] | None = attrs.field(
         default=None, hash=False)
     sample_rows: int | None = attrs.field(

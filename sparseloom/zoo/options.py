@@ -18,6 +18,7 @@ import numpy as np
 from sparseloom import __version__
 from sparseloom.core.cache import cache_dir, file_hash
 from sparseloom.core.errors import ConfigError
+from sparseloom.workload.arguments import check_names, names_converter, names_field, number_field
 from sparseloom.zoo.manifest import ZOO_FORMAT
 from sparseloom.zoo.types import VariantSpec, ZooTask
 from sparseloom.zoo.variants import DEFAULT_VARIANTS, create_compressor, resolve_variants
@@ -63,12 +64,17 @@ def default_subgraphs(processors: Sequence[Any] | None = None) -> int:
     return max(1, len(default_processors()))
 
 
-def _variants(values: Iterable[str | VariantSpec] | None) -> tuple[str | VariantSpec, ...] | None:
-    return None if values is None else tuple(values)
+def _variants(values: Iterable[str | VariantSpec] | None) -> Any:
+    # A lone string stays one, for the validator to refuse (not read letter by letter).
+    return values if values is None or isinstance(values, str) else tuple(values)
+
+
+def _variant_items(instance: Any, attribute: Any, value: Any) -> None:
+    check_names("ZooOptions", attribute.name, value, items=(str, VariantSpec))
 
 
 def _strings(values: Iterable[str] | None) -> tuple[str, ...]:
-    return tuple(values or ())
+    return names_converter(values) if values else ()
 
 
 def _option_tables(tables: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
@@ -90,12 +96,15 @@ class ZooOptions:
         compressor_options: keyword options per compressor name, passed to its factory.
     """
 
-    subgraphs: int | None = None
-    variants: tuple[str | VariantSpec, ...] | None = attrs.field(default=None, converter=_variants)
-    processors: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    subgraphs: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
+    variants: tuple[str | VariantSpec, ...] | None = attrs.field(
+        default=None, converter=_variants, validator=_variant_items)
+    processors: tuple[str, ...] = attrs.field(default=(), converter=_strings,
+                                              validator=names_field)
     cost: str = "flops"
     mode: str = "balanced"
-    min_fraction: float = 0.05
+    min_fraction: float = attrs.field(default=0.05, validator=number_field(low=0, high=1))
     evaluation_processor: str = "ort:CPU"
     compressor_options: Mapping[str, Mapping[str, Any]] = attrs.field(
         factory=dict, converter=_option_tables, hash=False)
