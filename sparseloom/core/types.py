@@ -224,6 +224,9 @@ class Plan:
         assignment: per task, the processor of each position (see :meth:`processors_of`).
         slos: the SLO each task was planned against.
         decision_seconds: wall time the policy took to decide, in seconds.
+        wide: tasks whose stages run *wide*: on their processor's thread plus one thread on
+            each core of the plan's other processors, lent while the stage runs (a backend
+            that can, e.g. ONNX Runtime's intra-op pool; others run them as usual).
     """
 
     policy: str
@@ -244,6 +247,7 @@ class Plan:
     )
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict, hash=False)
     decision_seconds: float = attrs.field(default=0.0, converter=float)
+    wide: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         """The processor of each position of ``task``'s chain: its assignment, else the order.

@@ -36,9 +36,16 @@ class Contender:
         return self.kind == "stock" and not STOCK_RUNTIMES[self.name].picks
 
     @property
+    def is_sparseloom(self) -> bool:
+        """One of sparseloom's own policies (``sparseloom``, ``sparseloom-*``)."""
+        return self.kind == "policy" and (self.name == HEADLINE
+                                          or self.name.startswith(f"{HEADLINE}-"))
+
+    @property
     def is_baseline(self) -> bool:
-        """A registered policy other than sparseloom's own."""
-        return self.kind == "policy" and self.name != HEADLINE
+        """A registered policy that is not sparseloom's own (the paper's baselines, ADMS,
+        a plugin's)."""
+        return self.kind == "policy" and not self.is_sparseloom
 
 
 def all_contenders() -> list[Contender]:

@@ -181,19 +181,20 @@ class Recorder:
 
 
 def ratios_per_round(values: Mapping[str, Mapping[int, float]],
-                     contenders: Sequence[Contender], higher_is_better: bool = True
-                     ) -> dict[str, dict[str, Any]]:
-    """sparseloom ÷ best stock, ÷ best baseline, ÷ picks-ort: per round, then summarised.
+                     contenders: Sequence[Contender], higher_is_better: bool = True,
+                     headline: str = HEADLINE) -> dict[str, dict[str, Any]]:
+    """``headline`` (the sparseloom policy) ÷ best stock, ÷ best baseline, ÷ picks-ort: per
+    round, then summarised.
 
     ``values[contender][round]`` is a VALID run's figure; rounds where either side has none
     are left out. Where lower is better (violation rates, which are often 0) the comparison is
     a difference, best other − sparseloom (> 0: sparseloom lower), not a ratio.
     """
     if not higher_is_better:
-        return _differences(values, contenders)
+        return _differences(values, contenders, headline)
     pick = max
     groups = _groups(contenders)
-    mine = values.get(HEADLINE, {})
+    mine = values.get(headline, {})
     out = {}
     for key, names in groups.items():
         per_round = {}
@@ -213,9 +214,16 @@ def _groups(contenders: Sequence[Contender]) -> dict[str, list[str]]:
             "vs_picks_on_stock": [c.name for c in contenders if c.name == "picks-ort"]}
 
 
-def _differences(values: Mapping[str, Mapping[int, float]], contenders: Sequence[Contender]
-                 ) -> dict[str, dict[str, Any]]:
-    mine = values.get(HEADLINE, {})
+def family_ratios(values: Mapping[str, Mapping[int, float]], contenders: Sequence[Contender],
+                  higher_is_better: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`ratios_per_round` for every sparseloom policy among ``contenders``."""
+    return {c.name: ratios_per_round(values, contenders, higher_is_better, c.name)
+            for c in contenders if c.is_sparseloom}
+
+
+def _differences(values: Mapping[str, Mapping[int, float]], contenders: Sequence[Contender],
+                 headline: str) -> dict[str, dict[str, Any]]:
+    mine = values.get(headline, {})
     out = {}
     for key, names in _groups(contenders).items():
         per_round = {}

@@ -22,6 +22,7 @@ from sparseloom.evaluation.serve_figures import (
     BenchOptions,
     Recorder,
     dense_slos,
+    family_ratios,
     isolated_dense_ms,
     ratios_per_round,
     rotated,
@@ -67,7 +68,8 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
             "contenders": _table(values, contenders, recorder.runs_of("closed"),
                                  "throughput_rps"),
-            "ratios": ratios_per_round(values, contenders)}
+            "ratios": ratios_per_round(values, contenders),
+            "ratios_by_policy": family_ratios(values, contenders)}
 
 
 @attrs.define
@@ -151,11 +153,13 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
         by_k[f"{k:g}"] = {
             "slo_latency_ms": {t: k * iso[t] for t in iso},
             "contenders": _table(values, playing, runs, "rate_rps_per_task"),
-            "ratios": ratios_per_round(values, playing)}
+            "ratios": ratios_per_round(values, playing),
+            "ratios_by_policy": family_ratios(values, playing)}
     headline = by_k.get("5") or next(iter(by_k.values()))
     return {"figure": "rate_rps_per_task", "unit": "requests/s per task",
             "isolated_dense_ms": iso, "k": by_k,
-            "contenders": headline["contenders"], "ratios": headline["ratios"]}
+            "contenders": headline["contenders"], "ratios": headline["ratios"],
+            "ratios_by_policy": headline["ratios_by_policy"]}
 
 
 def accuracy_axis(context: ServeContext, points: int = 5) -> dict[str, list[float]]:
@@ -207,7 +211,8 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
                   for name, per_k in violations.items()}
         by_k[f"{k:g}"] = {"contenders": _table(values, contenders, [], "violation_rate"),
                           "ratios": ratios_per_round(values, contenders,
-                                                     higher_is_better=False)}
+                                                     higher_is_better=False),
+                          "ratios_by_policy": family_ratios(values, contenders, False)}
     overall = {name: {r: float(np.mean([np.mean(per_k[key][r]) for key in per_k
                                         if r in per_k[key]]))
                       for r in range(options.rounds) if any(r in v for v in per_k.values())}
@@ -216,7 +221,8 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
             "isolated_dense_ms": iso, "k": by_k,
             "contenders": _table(overall, contenders, recorder.runs_of("grid"),
                                  "violation_rate"),
-            "ratios": ratios_per_round(overall, contenders, higher_is_better=False)}
+            "ratios": ratios_per_round(overall, contenders, higher_is_better=False),
+            "ratios_by_policy": family_ratios(overall, contenders, False)}
 
 
 def _judge(run: dict[str, Any], slos: dict[str, SLO]) -> float:

@@ -130,24 +130,33 @@ class ModelLoader:
     started_s: float = attrs.field(factory=time.perf_counter)
     events: list[LoadEvent] = attrs.field(factory=list)
 
-    def load(self, key: ModelKey, worker: ProcessorWorker, reason: str) -> LoadEvent | None:
+    def load(self, key: ModelKey, worker: ProcessorWorker, reason: str,
+             lent_cores: tuple[int, ...] = ()) -> LoadEvent | None:
         """Load subgraph ``key`` on ``worker`` unless it is resident there; return the event.
 
+        :param lent_cores: load it *wide* (``Plan.wide``): with one more thread on each of
+            these cores, where the backend can (``backend.widened``; others load it as usual).
+            A model resident the other way is loaded again and replaces it.
         :raises BackendError: compiling or loading failed, or its inputs do not match the zoo.
         """
-        if key in worker.models:
+        processor = worker.processor
+        backend = get_backend(processor.backend)
+        widened = getattr(backend, "widened", None)
+        wide = bool(lent_cores) and callable(widened)
+        resident = worker.models.get(key)
+        if resident is not None and resident.wide == wide:
             return None
+        if wide:
+            processor = widened(processor, tuple(lent_cores))
         task_name, position, variant = key
         task = self.tasks[task_name]
         path = task.zoo.subgraph_path(position, variant)
-        processor = worker.processor
         started = time.perf_counter()
         kept = _KEPT.get((str(path), processor)) if _KEPT is not None else None
         if kept is not None:
             backend, loaded = kept
             compiled_at = time.perf_counter()
         else:
-            backend = get_backend(processor.backend)
             compiled = backend.compile(str(path), processor)
             compiled_at = time.perf_counter()
             loaded = backend.load(compiled, processor)
@@ -169,7 +178,7 @@ class ModelLoader:
             runner = functools.partial(backend.infer, loaded)
         worker.models[key] = ResidentModel(key, processor, backend, loaded, runner,
                                            tuple(loaded.input_names),
-                                           int(getattr(loaded, "memory_bytes", 0)))
+                                           int(getattr(loaded, "memory_bytes", 0)), wide=wide)
         event = LoadEvent(task_name, position, variant, processor.name, reason,
                           (compiled_at - started) * 1e3, (done - compiled_at) * 1e3,
                           int(getattr(loaded, "memory_bytes", 0)), done - self.started_s)

@@ -33,11 +33,13 @@ class Route:
         variant: the stitched variant.
         processors: one processor name per position.
         version: the plan version it came from (0 = the first plan, +1 per switch).
+        wide: its stages run wide (``Plan.wide``: threads on the other processors' cores too).
     """
 
     variant: StitchedVariant
     processors: tuple[str, ...] = attrs.field(converter=_str_tuple)
     version: int = 0
+    wide: bool = False
     #: ``(task, position, variant)`` of each position, the key a worker finds the model by;
     #: built once per route so the hot path allocates no key per stage.
     keys: tuple[tuple[str, int, int], ...] = attrs.field(init=False, eq=False, repr=False)
@@ -65,12 +67,13 @@ class Route:
         return len(self.processors)
 
     def describe(self) -> str:
-        """``tiny[0,3] @ ov:CPU>ort:CPU``."""
-        return f"{self.variant} @ {'>'.join(self.processors)}"
+        """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (wide)`` for a wide route)."""
+        return f"{self.variant} @ {'>'.join(self.processors)}{' (wide)' if self.wide else ''}"
 
     def same_path(self, other: Route) -> bool:
-        """Whether ``other`` runs the same subgraphs on the same processors."""
-        return self.variant == other.variant and self.processors == other.processors
+        """Whether ``other`` runs the same subgraphs on the same processors, as wide."""
+        return (self.variant == other.variant and self.processors == other.processors
+                and self.wide == other.wide)
 
 
 @attrs.define(eq=False)

@@ -47,7 +47,8 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
                 f"the plan places task {task!r} on {', '.join(missing)}, which this run does "
                 f"not have (processors: {', '.join(runtime.workers)}); make the plan again "
                 f"for these processors")
-        routes[task] = Route(variant, processors, version)
+        routes[task] = Route(variant, processors, version,
+                             wide=task in tuple(getattr(plan, "wide", ())))
     return routes
 
 
@@ -65,12 +66,27 @@ def route_keys(runtime: Runtime, route: Route) -> list[tuple[tuple[str, int, int
     return pairs
 
 
+def _wide(routes: Iterable[Route]) -> list[str]:
+    return [route.task for route in routes if route.wide]
+
+
+def lent_cores(runtime: Runtime, processor: str) -> tuple[int, ...]:
+    """The cores the other processors that are up lend a wide stage on ``processor``."""
+    own = set(runtime.workers[processor].processor.cores)
+    return tuple(sorted({c for name, w in runtime.workers.items()
+                         if name != processor and not w.down
+                         for c in w.processor.cores} - own))
+
+
 def load_pairs(runtime: Runtime, pairs: Iterable[tuple[tuple[str, int, int], str]],
-               reason: str) -> list[LoadEvent]:
-    """Load every (subgraph, processor) pair that is not resident; return the loads made."""
+               reason: str, wide: Iterable[str] = ()) -> list[LoadEvent]:
+    """Load every (subgraph, processor) pair that is not resident (the subgraphs of the
+    ``wide`` tasks wide, :attr:`Plan.wide`); return the loads made."""
     events = []
+    wide = set(wide)
     for key, processor in pairs:
-        event = runtime.loader.load(key, runtime.workers[processor], reason)
+        lent = lent_cores(runtime, processor) if key[0] in wide else ()
+        event = runtime.loader.load(key, runtime.workers[processor], reason, lent)
         if event is not None:
             events.append(event)
     return events
@@ -93,7 +109,7 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
     unique = list(dict.fromkeys(pairs))
     with tqdm(unique, desc="preloading subgraphs", unit="model", disable=not progress,
               leave=False) as bar:
-        events = load_pairs(runtime, bar, "preload")
+        events = load_pairs(runtime, bar, "preload", _wide(routes.values()))
     runtime.plan = plan
     runtime.start_workers()
     for task in routes if active is None else active:
@@ -117,7 +133,8 @@ def apply_plan(runtime: Runtime, plan: Any, reason: str,
         if state.route is not None and state.route.same_path(route) and state.pending is None:
             continue
         try:
-            events = load_pairs(runtime, route_keys(runtime, route), "switch")
+            events = load_pairs(runtime, route_keys(runtime, route), "switch",
+                                _wide([route]))
         except SparseloomError as error:
             runtime.notes.append(f"switch of {task!r} to {route.describe()} abandoned: {error}")
             continue
@@ -170,7 +187,7 @@ def join(runtime: Runtime, task: str) -> None:
         route = routes.get(name)
         if route is None:
             continue
-        events = load_pairs(runtime, route_keys(runtime, route), "switch")
+        events = load_pairs(runtime, route_keys(runtime, route), "switch", _wide([route]))
         runtime.set_route(name, route, "join", len(events), sum(e.total_ms for e in events))
     runtime.plan = plan
 
@@ -212,7 +229,7 @@ def replan_without_down(runtime: Runtime) -> None:
         if route is None or not set(route.processors) & set(down):
             continue
         moved = Route(route.variant, [up[0] if p in down else p for p in route.processors],
-                      route.version + 1)
-        events = load_pairs(runtime, route_keys(runtime, moved), "replan")
+                      route.version + 1, wide=route.wide)
+        events = load_pairs(runtime, route_keys(runtime, moved), "replan", _wide([moved]))
         runtime.set_route(task, moved, "processor-down", len(events),
                           sum(e.total_ms for e in events))

@@ -51,6 +51,7 @@ class ResidentModel:
         memory_bytes: what the backend measured it holds.
         profiled_s: the profile's time of one call (negative until first looked up; 0 when
             the profile has none): what the worker's measured time is calibrated against.
+        wide: loaded to run wide (threads on the other processors' cores too, ``Plan.wide``).
     """
 
     key: ModelKey
@@ -61,6 +62,7 @@ class ResidentModel:
     input_names: tuple[str, ...]
     memory_bytes: int
     profiled_s: float = -1.0
+    wide: bool = False
 
 
 class StageHandler:

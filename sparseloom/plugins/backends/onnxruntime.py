@@ -210,6 +210,21 @@ class OnnxRuntimeBackend(WorkerBackend):
                     "trt_timing_cache_enable": "True", "trt_timing_cache_path": str(engine_dir)}
         return [("TensorrtExecutionProvider", trt), cuda, "CPUExecutionProvider"]
 
+    def widened(self, processor: Processor, cores: tuple[int, ...]) -> Processor:
+        """``processor`` with one more intra-op thread on each of ``cores``: the caller (the
+        processor's own pinned worker) runs one share of every parallel operator and a pool
+        thread pinned to each lent core the others (``session.intra_op_thread_affinities``,
+        1-based logical processors). Spinning stays on: measured on sentiment's pick (6.2 ms
+        on one thread), two threads ran it in 3.7 ms with spinning and 5.8 ms without, where
+        every parallel section waits for a thread to wake."""
+        import attrs
+
+        if not cores:
+            return processor
+        options = dict(processor.options)
+        options["session.intra_op_thread_affinities"] = ";".join(str(c + 1) for c in cores)
+        return attrs.evolve(processor, threads=processor.threads + len(cores), options=options)
+
     # -- compile / load --------------------------------------------------------------------
 
     def compile(self, model: onnx.ModelProto | str | os.PathLike[str],

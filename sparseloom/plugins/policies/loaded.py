@@ -17,6 +17,13 @@ task's variant *and processor set* for the load:
    their latency SLO; the closed-loop makespan per round of requests, ``max(busiest processor's
    summed stage time, longest chain)``; the summed loaded latency; the total work.
 
+A chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
+Runtime's intra-op pool) may also borrow the other processors' cores while it runs
+(``Plan.wide``): its stages are :data:`WIDE_SPEEDUP` faster, its own processor is busy for all
+of it and the lending ones for the share they take over. On the paper's closed loop the longest
+chain bounds the run (one request in flight per task), so lending it the cores the short tasks
+leave idle is what shortens the run.
+
 The loaded latency of a task is its chain plus one stage of every other task on each processor
 it uses (with one request in flight per task, at most that much is queued ahead of it); it is
 what the plan reports as ``estimated_latency_ms``, so the runtime's feedback compares it with
@@ -40,6 +47,13 @@ from sparseloom.profile.table import ProfileTable, TaskProfile
 #: Partial assignments kept per step of the beam search (4 tasks × ~10 options each are
 #: searched exhaustively well within this; 16 tasks plan in milliseconds).
 BEAM = 256
+#: A wide chain's speed-up over its one-thread profile when each other processor lends its
+#: core (two threads here). Measured with ONNX Runtime, spinning on, on the pick of the
+#: bundled sentiment task: 6.2 ms on one thread, 3.7 ms on two (1.7×); 1.6 leaves margin.
+WIDE_SPEEDUP = 1.6
+#: Chains shorter than this are never run wide: on the bundled sub-millisecond models two
+#: threads measured 0.65–0.9× of one (waking a thread per operator costs more than it saves).
+WIDE_MIN_CHAIN_MS = 2.0
 
 
 @attrs.frozen
@@ -52,6 +66,8 @@ class Option:
         work_ms: summed stage time on each processor, (P,).
         chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
         longest_ms: the longest stage on each processor, (P,) (0 where unused).
+        wide: run wide (``Plan.wide``): the other processors lend their cores, so the chain
+            is faster and its work counts on every processor.
     """
 
     row: int
@@ -59,11 +75,13 @@ class Option:
     work_ms: np.ndarray = attrs.field(eq=False)
     chain_ms: float
     longest_ms: np.ndarray = attrs.field(eq=False)
+    wide: bool = False
 
 
 def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],
-                 n_processors: int) -> list[Option]:
-    """The Pareto-minimal options of ``rows`` under ``placements`` (work per processor, chain)."""
+                 n_processors: int, wide_on: Sequence[int] = ()) -> list[Option]:
+    """The Pareto-minimal options of ``rows`` under ``placements`` (work per processor, chain);
+    with ``wide_on``, also wide options of the one-processor placements on those processors."""
     choices = profile.choices(rows)
     options: list[Option] = []
     for placement in placements:
@@ -81,7 +99,32 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
         for index in _pareto(keys):
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
                                   float(chain[index]), longest[index]))
+        if len(set(order.tolist())) == 1 and int(order[0]) in wide_on and n_processors > 1:
+            options += _wide_options(rows, chain, stages, order, n_processors)
     return options
+
+
+def _wide_options(rows: np.ndarray, chain: np.ndarray, stages: np.ndarray, order: np.ndarray,
+                  n_processors: int) -> list[Option]:
+    """The Pareto-minimal wide options of a one-processor placement.
+
+    Its own processor is busy for the whole (faster) chain; each lending processor for the
+    share the other threads take over, what the chain loses by running wide."""
+    long_enough = np.flatnonzero(chain >= WIDE_MIN_CHAIN_MS)
+    if long_enough.size == 0:
+        return []
+    fast = chain[long_enough] / WIDE_SPEEDUP
+    own = int(order[0])
+    out = []
+    for k in _pareto(fast[:, None]):
+        index = long_enough[k]
+        lent = (float(chain[index]) - float(fast[k])) / max(n_processors - 1, 1)
+        work = np.full(n_processors, lent)
+        work[own] = fast[k]
+        longest = work * float(stages[index].max()) / float(chain[index])
+        out.append(Option(int(rows[index]), tuple(int(p) for p in order), work, float(fast[k]),
+                          longest, wide=True))
+    return out
 
 
 def _pareto(points: np.ndarray) -> list[int]:
@@ -140,6 +183,8 @@ class LoadedPolicy(ProfilePolicy):
     """Variants and per-task processor sets planned for the tasks' joint load (module doc)."""
 
     name: str = attrs.field(default="sparseloom-loaded", init=False)
+    #: Consider running a long chain wide (the other processors lend their cores).
+    wide: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -156,7 +201,8 @@ class LoadedPolicy(ProfilePolicy):
             rows = accuracy_rows(profile, slos[name])
             if rows.size == 0:  # none meets it: the most accurate, never a faster one
                 rows = np.array([int(np.argmax(profile.accuracy()))])
-            per_task.append(task_options(profile, rows, placements, count))
+            per_task.append(task_options(profile, rows, placements, count,
+                                         _lending(table) if self.wide else ()))
         chosen, latency = choose(per_task, [slos[n].latency_ms for n in names])
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):
@@ -172,4 +218,22 @@ class LoadedPolicy(ProfilePolicy):
                           f"{slo.latency_ms:.3f} ms")
             choices[name] = TaskChoice(name, option.row, option.placement, loaded,
                                        not reason, reason)
-        return build_plan(self.name, table, choices, order, slos, 0.0)
+        plan = build_plan(self.name, table, choices, order, slos, 0.0)
+        wide = tuple(n for n, o in zip(names, chosen, strict=True) if o.wide)
+        return attrs.evolve(plan, wide=wide) if wide else plan
+
+
+def _lending(table: ProfileTable) -> list[int]:
+    """Indices of the processors whose backend can run a stage wide (``widened``)."""
+    from sparseloom.core.errors import SparseloomError
+    from sparseloom.core.processors import get_backend
+
+    out = []
+    for index, name in enumerate(table.processors):
+        try:
+            backend = get_backend(name.partition(":")[0])
+        except SparseloomError:
+            continue  # a processor of a simulated SoC, a backend not installed here
+        if callable(getattr(backend, "widened", None)):
+            out.append(index)
+    return out

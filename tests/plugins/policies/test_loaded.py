@@ -66,3 +66,36 @@ def test_accuracy_is_never_given_up_for_latency() -> None:
     assert plan.variants["x"].choices == (0,)
     assert not plan.feasible["x"]
     assert plan.infeasible_reason["x"].startswith("latency unreachable under load")
+
+
+def test_the_longest_chain_runs_wide_when_the_others_leave_cores_idle() -> None:
+    from sparseloom.plugins.policies.loaded import WIDE_SPEEDUP
+
+    # ONNX Runtime can lend cores (its backend has `widened`); the long chain, 2 × 5 ms, would
+    # bound the closed-loop round at 10 ms on one processor. Wide it takes 10 / WIDE_SPEEDUP
+    # and occupies both processors; the short task (2 × 1 ms) adds 2 ms on ov:CPU.
+    table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
+        "long": _one_variant("long", 5.0), "short": _one_variant("short", 1.0)})
+    slos = {"long": SLO(0.5, 100.0), "short": SLO(0.5, 100.0)}
+    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    assert plan.wide == ("long",)
+    assert plan.processors_of("long") == ("ort:CPU", "ort:CPU")
+    assert set(plan.processors_of("short")) == {"ov:CPU"}
+    wide_ms = 10.0 / WIDE_SPEEDUP
+    # Nothing queues ahead of it on ort:CPU: the short task runs on ov:CPU's own worker.
+    assert plan.estimated_latency_ms["long"] == pytest.approx(wide_ms)
+    # The short one may wait for a stage's share of what ov:CPU's lent core takes over:
+    # (10 - 10 / WIDE_SPEEDUP) × (5 / 10).
+    assert plan.estimated_latency_ms["short"] == pytest.approx(2.0 + (10.0 - wide_ms) / 2)
+    # Without lending, the long chain stays on one processor at 10 ms.
+    narrow = LoadedPolicy(wide=False).plan(list(table.tasks), table, list(table.processors),
+                                           slos)
+    assert narrow.wide == () and len(set(narrow.processors_of("long"))) == 1
+
+
+def test_short_chains_never_run_wide() -> None:
+    table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
+        f"t{i}": _one_variant(f"t{i}", 0.5) for i in range(2)})
+    slos = {name: SLO(0.5, 100.0) for name in table.tasks}
+    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    assert plan.wide == ()
