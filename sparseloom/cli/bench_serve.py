@@ -22,9 +22,11 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
               help="Contender to run (repeat); default every registered policy and every stock "
                    "runtime.")
 @click.option("--rounds", type=click.IntRange(min=1), default=None,
-              help="Interleaved rounds of the closed and grid scenarios [default 5; --quick 2].")
+              help="Interleaved rounds of the closed scenario [default 5; --quick 2].")
 @click.option("--capacity-rounds", type=click.IntRange(min=1), default=None,
               help="Bisections per contender and k in the capacity scenario [default 1].")
+@click.option("--grid-rounds", type=click.IntRange(min=1), default=None,
+              help="Interleaved rounds of the grid scenario [default 1].")
 @click.option("--quick", is_flag=True,
               help="Fewer rounds, 100-request capacity probes, 3 bisection steps, k = 5 only: "
                    "minutes instead of half an hour; every run still VALID.")
@@ -32,7 +34,8 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[str, ...],
-                  rounds: int | None, capacity_rounds: int | None, quick: bool,
+                  rounds: int | None, capacity_rounds: int | None, grid_rounds: int | None,
+                  quick: bool,
                   out: Path | None, as_json: bool) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
@@ -62,6 +65,8 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
         changes["rounds"] = rounds
     if capacity_rounds is not None:
         changes["capacity_rounds"] = capacity_rounds
+    if grid_rounds is not None:
+        changes["grid_rounds"] = grid_rounds
     options = attrs.evolve(options, **changes)
     loaded, profile = load_profiled(workload, progress=not as_json)
     from sparseloom.zoo.load import load_zoo

@@ -52,8 +52,10 @@ class BenchOptions:
 
     Attributes:
         scenarios: which scenarios to run.
-        rounds: interleaved rounds (closed, grid).
+        rounds: interleaved rounds of the closed scenario.
         capacity_rounds: bisections per contender and k (capacity).
+        grid_rounds: interleaved rounds of the grid (each is 5 accuracy levels × the ks runs
+            per policy contender).
         queries: requests per task in a closed run.
         capacity_requests: requests per task in a capacity probe.
         capacity_steps: bisection steps per capacity search.
@@ -64,7 +66,8 @@ class BenchOptions:
 
     scenarios: tuple[str, ...] = attrs.field(default=SCENARIOS, converter=as_tuple)
     rounds: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    capacity_rounds: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    capacity_rounds: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    grid_rounds: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
     capacity_requests: int = attrs.field(default=500, validator=attrs.validators.ge(1))
     capacity_steps: int = attrs.field(default=5, validator=attrs.validators.ge(1))
@@ -81,7 +84,8 @@ class BenchOptions:
             raise ConfigError(f"latency multipliers must be finite and > 0, got {self.ks}")
 
 
-QUICK = BenchOptions(rounds=2, capacity_rounds=1, queries=100, capacity_requests=100,
+QUICK = BenchOptions(rounds=2, capacity_rounds=1, grid_rounds=1, queries=100,
+                     capacity_requests=100,
                      capacity_steps=3, ks=(5.0,))
 
 

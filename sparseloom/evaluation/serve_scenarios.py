@@ -187,7 +187,7 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
     ks = tuple(ks) or options.ks
     cells = [(k, level) for k in ks for level in range(points)]
     violations: dict[str, dict[str, dict[int, list[float]]]] = {}
-    for round_index in range(options.rounds):
+    for round_index in range(options.grid_rounds):
         spec = LoadSpec("closed", queries=options.queries, seed=options.seed + round_index)
         for contender in rotated(contenders, round_index):
             shared: dict[str, Any] | None = None
@@ -215,7 +215,7 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
                           "ratios_by_policy": family_ratios(values, contenders, False)}
     overall = {name: {r: float(np.mean([np.mean(per_k[key][r]) for key in per_k
                                         if r in per_k[key]]))
-                      for r in range(options.rounds) if any(r in v for v in per_k.values())}
+                      for r in range(options.grid_rounds) if any(r in v for v in per_k.values())}
                for name, per_k in violations.items()}
     return {"figure": "violation_rate", "unit": "fraction of tasks", "accuracy_axis": axis,
             "isolated_dense_ms": iso, "k": by_k,
