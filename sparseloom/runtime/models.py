@@ -146,7 +146,7 @@ class ModelLoader:
         resident = worker.models.get(key)
         if resident is not None and resident.wide == wide:
             return None
-        if wide:
+        if wide and widened is not None:  # (wide implies it; the check narrows the type)
             processor = widened(processor, tuple(lent_cores))
         task_name, position, variant = key
         task = self.tasks[task_name]
