@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -77,7 +78,7 @@ def demo_command(
     from sparseloom.zoo.pareto import ParetoOptions, pareto_analysis
 
     ensure_output_dir(out_dir, "--out")  # before minutes of building and measuring, not after
-    steps = _Steps(6)
+    steps = _Steps(7)
     steps.begin("Processors", "processors")
     ctx.invoke(devices_command)
     steps.begin(f"Workload {workload!r}: real data, trained models (built on the first run, "
@@ -123,11 +124,43 @@ def demo_command(
     ctx.invoke(profile_command, workload=workload, subgraphs=subgraphs, variants=variants,
                validate=True,
                no_ablation=True, redraws=1, out=out_dir / "profile")
-    steps.begin("Serving every task at once with the `sparseloom` policy (the runtime)", "run")
+    from sparseloom.cli.bench_serve import serve_command
     from sparseloom.cli.run import run_command
 
-    ctx.invoke(run_command, workload=workload, policy="sparseloom")
+    slos = _demo_slos(workload)
+    steps.begin(f"Serving every task at once with `{DEMO_POLICY}` (the runtime), each task at "
+                f"its dense metric − 1 point and {DEMO_K:g} × its isolated dense latency",
+                "run")
+    ctx.invoke(run_command, workload=workload, policy=DEMO_POLICY,
+               slos=tuple(f"{t}={s.accuracy!r},{s.latency_ms!r}" for t, s in slos.items()))
+    steps.begin("sparseloom against the stock runtimes, side by side (`sparseloom bench serve "
+                f"{workload} --quick`; the full benchmark is without --quick)", "bench")
+    ctx.invoke(serve_command, workload=workload, quick=True, contenders=DEMO_CONTENDERS,
+               out=out_dir / "bench")
     click.echo("\n" + steps.summary())
+
+
+#: What the demo serves with, at which latency multiplier, and whom it compares it with.
+DEMO_POLICY = "sparseloom-loaded"
+DEMO_K = 10.0
+DEMO_CONTENDERS = ("sparseloom", "sparseloom-loaded", "stock-ort", "stock-ov", "picks-ort")
+
+
+def _demo_slos(workload: str) -> dict[str, Any]:
+    """Equal accuracy (dense − 1 point) and :data:`DEMO_K` × the isolated dense latency on
+    the fastest processor: SLOs some contender can meet with every task served at once."""
+    from sparseloom.cli.run import load_profiled
+    from sparseloom.evaluation.contenders import ServeContext
+    from sparseloom.evaluation.serve_figures import dense_slos, isolated_dense_ms
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+
+    loaded, profile = load_profiled(workload, progress=False)
+    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
+            for name in profile.tasks}
+    context = ServeContext(loaded, profile, zoos, ())
+    iso = isolated_dense_ms(context)
+    return dense_slos(context, {t: DEMO_K * ms for t, ms in iso.items()})
 
 
 COMMANDS = (demo_command,)

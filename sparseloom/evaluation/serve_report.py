@@ -40,7 +40,7 @@ def _ratio_line(name: str, ratios: dict[str, Any], policy: str = "sparseloom") -
             continue
         rounds = ", ".join(_num(x, 2) for x in ratio["rounds"])
         if ratio.get("difference"):
-            lines.append(f"- {name}: best {label} − {policy}, per round: {rounds}; median "
+            lines.append(f"- {name}: {label} − {policy}, per round: {rounds}; median "
                          f"{_num(ratio['median'], 2)} (> 0: {policy} lower)")
         else:
             lines.append(f"- {name}: {policy} ÷ {label}, per round: {rounds}; median "

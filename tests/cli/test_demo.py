@@ -12,11 +12,20 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
         cli, ["demo", "--workload", "tiny", "--sample", "30", "--out", str(tmp_path)]
     )
     assert result.exit_code == 0, result.output
-    for step in ("[1/6] Processors", "[2/6] Workload 'tiny'", "[3/6] Subgraph zoos",
-                 "[4/6] Stitched variants", "[5/6] Profiler", "[6/6] Serving"):
+    for step in ("[1/7] Processors", "[2/7] Workload 'tiny'", "[3/7] Subgraph zoos",
+                 "[4/7] Stitched variants", "[5/7] Profiler", "[6/7] Serving",
+                 "[7/7] sparseloom against the stock runtimes"):
         assert step in result.output
     assert (tmp_path / "pareto-tiny.png").stat().st_size > 0
     rows = (tmp_path / "pareto-tiny.csv").read_text().splitlines()
     assert rows[0].startswith("kind,choices") and len(rows) == 1 + 10 + 30
     assert "top-10 recall" in result.output
     assert "submitted 100 = completed 100 + failed 0" in result.output
+    # The closing lines: one per scenario and sparseloom policy against the best stock runtime
+    # of this very run, and the report they come from.
+    closing = [line for line in result.output.splitlines()
+               if "sparseloom-loaded" in line and "best stock runtime" in line]
+    for scenario in ("closed", "capacity", "grid"):
+        assert any(line.startswith(f"{scenario}: ") for line in closing), closing
+    report = tmp_path / "bench" / "report.json"
+    assert report.is_file()
