@@ -27,6 +27,10 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
               help="Bisections per contender and k in the capacity scenario [default 1].")
 @click.option("--grid-rounds", type=click.IntRange(min=1), default=None,
               help="Interleaved rounds of the grid scenario [default 1].")
+@click.option("--processor", "-p", "processors", multiple=True,
+              help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
+                   "-p`; default the workload's, else the default set. The matched stock "
+                   "runtimes follow its cores and precision.")
 @click.option("--quick", is_flag=True,
               help="Fewer rounds, 100-request capacity probes, 3 bisection steps, k = 5 only: "
                    "minutes instead of half an hour; every run still VALID.")
@@ -35,7 +39,7 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[str, ...],
                   rounds: int | None, capacity_rounds: int | None, grid_rounds: int | None,
-                  quick: bool,
+                  processors: tuple[str, ...], quick: bool,
                   out: Path | None, as_json: bool) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
@@ -68,7 +72,10 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     if grid_rounds is not None:
         changes["grid_rounds"] = grid_rounds
     options = attrs.evolve(options, **changes)
-    loaded, profile = load_profiled(workload, progress=not as_json)
+    from sparseloom.core.processors import check_distinct
+
+    check_distinct(list(processors), "--processor")
+    loaded, profile = load_profiled(workload, progress=not as_json, processors=processors)
     from sparseloom.zoo.load import load_zoo
     from sparseloom.zoo.options import zoo_directory
 

@@ -167,14 +167,16 @@ def _exit_status(result: Any) -> None:
             "or drop --inject-faults)")
 
 
-def load_profiled(workload: str, *, progress: bool) -> tuple[Any, Any]:
+def load_profiled(workload: str, *, progress: bool, processors: tuple[str, ...] = ()
+                  ) -> tuple[Any, Any]:
     """The workload and its profile (built with the workload's ``[profile]`` options and
-    cached, exactly as `sparseloom profile WORKLOAD` builds it)."""
+    cached, exactly as `sparseloom profile WORKLOAD [-p SPEC ...]` builds it)."""
     from sparseloom.api import build_profile, load_workload
     from sparseloom.cli.profile import profile_options
 
     loaded = load_workload(workload, progress=progress)
-    return loaded, build_profile(loaded, options=profile_options(loaded), progress=progress)
+    return loaded, build_profile(loaded, processors=list(processors) or None,
+                                 options=profile_options(loaded), progress=progress)
 
 
 def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int,

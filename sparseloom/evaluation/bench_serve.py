@@ -58,16 +58,23 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
 
     options = options or BenchOptions()
     chosen = select_contenders(contenders)
-    cores = tuple(sorted({c for p in profile_processors(profile) for c in p.cores}))
-    context = ServeContext(workload, profile, zoos, cores)
+    from sparseloom.evaluation.stock import openvino_precision
+
+    processors = profile_processors(profile)
+    cores = tuple(sorted({c for p in processors for c in p.cores}))
+    precision = openvino_precision(processors)
+    context = ServeContext(workload, profile, zoos, cores, precision)
     recorder = Recorder(progress)
     report: dict[str, Any] = {"workload": workload.name, "machine": machine(),
                               "options": _options(options), "contenders": [
                                   {"contender": c.name, "kind": c.kind} for c in chosen],
-                              "stock_configurations": _stock_configurations(chosen, cores),
+                              "stock_configurations": _stock_configurations(chosen, cores,
+                                                                            precision),
                               "processors": [p.name + (f" (cores {list(p.cores)}, "
-                                                       f"{p.threads} thread(s))")
-                                             for p in profile_processors(profile)],
+                                                       f"{p.threads} thread(s)"
+                                                       + "".join(f", {k}={v}" for k, v in
+                                                                 p.options.items()) + ")")
+                                             for p in processors],
                               "scenarios": {}}
     with keep_loaded():
         _run_scenarios(report, context, chosen, options, recorder)
@@ -106,8 +113,9 @@ def _options(options: BenchOptions) -> dict[str, Any]:
     return attrs.asdict(options)
 
 
-def _stock_configurations(chosen: Sequence[Any], cores: Sequence[int]) -> dict[str, str]:
+def _stock_configurations(chosen: Sequence[Any], cores: Sequence[int], precision: str
+                          ) -> dict[str, str]:
     from sparseloom.evaluation.stock import STOCK_RUNTIMES
 
-    return {c.name: STOCK_RUNTIMES[c.name].describe(cores) for c in chosen
+    return {c.name: STOCK_RUNTIMES[c.name].describe(cores, precision) for c in chosen
             if c.kind == "stock"}

@@ -86,6 +86,7 @@ class ServeContext:
     profile: Any
     zoos: Mapping[str, Any]
     cores: tuple[int, ...]
+    precision: str = "f32"
     _picks: dict[tuple[tuple[str, float, float], ...], dict[str, tuple[int, ...]]] = \
         attrs.field(factory=dict, init=False)
 
@@ -114,4 +115,4 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
     stock = STOCK_RUNTIMES[contender.name]
     picks = context.picks(slos) if stock.picks else None
     return serve_stock(context.workload, context.zoos, stock, spec, slos, cores=context.cores,
-                       picks=picks)
+                       picks=picks, precision=context.precision)

@@ -17,7 +17,9 @@ contender                configuration
                          session (a sparseloom processor's), callers confined to the cores of
                          sparseloom's processors, f32
 ``stock-ov-matched``     OpenVINO matched likewise: ``INFERENCE_NUM_THREADS=1``, one stream,
-                         ``INFERENCE_PRECISION_HINT=f32``, callers confined to those cores
+                         the precision of sparseloom's OpenVINO processor (f32 unless it is
+                         profiled with another ``INFERENCE_PRECISION_HINT``), callers confined
+                         to those cores
 ``picks-ort``            ``stock-ort`` serving the stitched variant a sparseloom policy chose for
                          each task, merged into one model (:mod:`sparseloom.zoo.whole`)
 =======================  ======================================================================
@@ -62,12 +64,15 @@ class StockRuntime:
     matched: bool = False
     picks: bool = False
 
-    def processor(self, task: str, cores: Sequence[int]) -> Processor:
-        """The processor (session configuration) that serves ``task``."""
+    def processor(self, task: str, cores: Sequence[int], precision: str = "f32"
+                  ) -> Processor:
+        """The processor (session configuration) that serves ``task``; ``precision`` is the
+        inference precision of sparseloom's OpenVINO processor (what a matched one uses)."""
         device = "CPU"
         name = f"{self.backend}:{device}@{task}"
         if self.matched:
-            options = {} if self.backend == "ort" else {"PERFORMANCE_HINT": "LATENCY"}
+            options = {} if self.backend == "ort" else {"PERFORMANCE_HINT": "LATENCY",
+                                                        "INFERENCE_PRECISION_HINT": precision}
             return Processor(name, self.backend, device, threads=1, cores=tuple(cores),
                              options=options)
         options = {"stock": "true"}
@@ -76,13 +81,13 @@ class StockRuntime:
         return Processor(name, self.backend, device, threads=len(allowed_cores()),
                          options=options)
 
-    def describe(self, cores: Sequence[int]) -> str:
+    def describe(self, cores: Sequence[int], precision: str = "f32") -> str:
         """The configuration in words, for the report."""
         runtime = "ONNX Runtime" if self.backend == "ort" else "OpenVINO"
         what = "sparseloom's picks merged" if self.picks else "dense models"
         if self.matched:
-            extra = ("1 intra-op thread" if self.backend == "ort"
-                     else "INFERENCE_NUM_THREADS=1, LATENCY hint, f32")
+            extra = ("1 intra-op thread, f32" if self.backend == "ort"
+                     else f"INFERENCE_NUM_THREADS=1, LATENCY hint, {precision}")
             return (f"{runtime}, {what}, one session per task, {extra}, callers on cores "
                     f"{','.join(map(str, cores))}")
         extra = ("default session options" if self.backend == "ort"
@@ -113,7 +118,8 @@ class _WholePlan:
 
 def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRuntime,
                 spec: LoadSpec, slos: Mapping[str, SLO], *, cores: Sequence[int] = (),
-                picks: Mapping[str, Sequence[int]] | None = None) -> RunSummary:
+                picks: Mapping[str, Sequence[int]] | None = None,
+                precision: str = "f32") -> RunSummary:
     """Serve every task of ``workload`` on ``stock`` under ``spec`` and summarise the run.
 
     With an arrival order in ``spec`` the first task starts alone and the others join as the
@@ -124,6 +130,7 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
     :param slos: the SLOs the run is judged by.
     :param cores: the cores of sparseloom's processors (the matched runtimes' callers).
     :param picks: with ``stock.picks``, each task's stitched variant.
+    :param precision: the OpenVINO inference precision a matched runtime uses.
     :raises EvaluationError: picks missing for a picks contender.
     """
     from sparseloom.zoo.whole import whole_model_zoo
@@ -139,7 +146,7 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
         chosen = [tuple(picks[name])] if stock.picks and picks else []
         zoo = whole_model_zoo(task, zoos[name] if chosen and zoos else None, chosen)
         tasks.append(RuntimeTask(task, zoo, slos[name]))
-        processor = stock.processor(name, cores)
+        processor = stock.processor(name, cores, precision)
         processors.append(processor)
         variants[name] = StitchedVariant(name, (1 if chosen else 0,))
         placement[name] = processor.name
@@ -153,10 +160,19 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
         load = offer(runtime, spec)
         settings = {"workload": workload.name, "policy": stock.name,
                     "processors": [p.name for p in processors], "queries": spec.queries,
-                    "rate": spec.rate, "configuration": stock.describe(cores),
+                    "rate": spec.rate, "configuration": stock.describe(cores, precision),
                     "setup_s": load.started_s - started}
         memory = {"loaded_bytes": float(resident_bytes(runtime.workers)),
                   "rss_growth_bytes": float(max(rss_bytes() - rss_before, 0))}
         return summarize(runtime, load, spec, settings=settings, memory=memory)
     finally:
         runtime.stop()
+
+
+def openvino_precision(processors: Sequence[Processor]) -> str:
+    """The inference precision of the (first) OpenVINO CPU processor among ``processors``:
+    its ``INFERENCE_PRECISION_HINT``, else f32 (what sparseloom's OpenVINO backend sets)."""
+    for processor in processors:
+        if processor.backend == "ov" and processor.device.startswith("CPU"):
+            return str(processor.options.get("INFERENCE_PRECISION_HINT", "f32"))
+    return "f32"

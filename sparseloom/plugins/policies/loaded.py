@@ -15,7 +15,7 @@ task's variant *and processor set* for the load:
    (work on each processor, chain latency); a beam search over the tasks (longest first) picks
    one option per task minimising, in order: the tasks whose *loaded* latency estimate misses
    their latency SLO; the closed-loop makespan per round of requests, ``max(busiest processor's
-   summed stage time, longest chain)``; the summed loaded latency; the total work.
+   summed stage time, longest loaded latency)``; the summed loaded latency; the total work.
 
 A chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
 Runtime's intra-op pool) may also borrow the other processors' cores while it runs
@@ -24,9 +24,10 @@ of it and the lending ones for the share they take over. On the paper's closed l
 chain bounds the run (one request in flight per task), so lending it the cores the short tasks
 leave idle is what shortens the run.
 
-The loaded latency of a task is its chain plus one stage of every other task on each processor
-it uses (with one request in flight per task, at most that much is queued ahead of it); it is
-what the plan reports as ``estimated_latency_ms``, so the runtime's feedback compares it with
+The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
+request of every other task holds that processor (consecutive stages on one processor run in
+place, without yielding it; with one request in flight per task, at most that much is queued
+ahead of it); it is what the plan reports as ``estimated_latency_ms``, so the runtime's feedback compares it with
 the observed latency like with like.
 """
 
@@ -65,7 +66,8 @@ class Option:
         placement: the processor index of each position.
         work_ms: summed stage time on each processor, (P,).
         chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
-        longest_ms: the longest stage on each processor, (P,) (0 where unused).
+        longest_ms: the longest time one request holds each processor, (P,) (0 where unused):
+            consecutive stages on one processor run in place, so they count as one.
         wide: run wide (``Plan.wide``): the other processors lend their cores, so the chain
             is faster and its work counts on every processor.
     """
@@ -92,9 +94,11 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
                                         + handoff_per_order(profile, order[None, :])[0])
         work = np.zeros((len(rows), n_processors))
         longest = np.zeros((len(rows), n_processors))
+        run = np.zeros(len(rows))  # consecutive stages on one processor run in place
         for j, processor in enumerate(order):
             work[:, processor] += stages[:, j]
-            longest[:, processor] = np.maximum(longest[:, processor], stages[:, j])
+            run = stages[:, j] + (run if j and order[j - 1] == processor else 0.0)
+            longest[:, processor] = np.maximum(longest[:, processor], run)
         keys = np.column_stack([work, chain])
         for index in _pareto(keys):
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
@@ -121,7 +125,7 @@ def _wide_options(rows: np.ndarray, chain: np.ndarray, stages: np.ndarray, order
         lent = (float(chain[index]) - float(fast[k])) / max(n_processors - 1, 1)
         work = np.full(n_processors, lent)
         work[own] = fast[k]
-        longest = work * float(stages[index].max()) / float(chain[index])
+        longest = work.copy()  # a wide chain runs in place: it holds its processors throughout
         out.append(Option(int(rows[index]), tuple(int(p) for p in order), work, float(fast[k]),
                           longest, wide=True))
     return out
@@ -140,7 +144,8 @@ def _pareto(points: np.ndarray) -> list[int]:
 
 
 def loaded_latency(options: Sequence[Option]) -> np.ndarray:
-    """Each chosen option's chain plus one stage of every other task on its processors."""
+    """Each chosen option's chain plus, on each processor it uses, the longest hold of every
+    other task's request there."""
     longest = np.stack([o.longest_ms for o in options])  # (T, P)
     total = longest.sum(axis=0)
     out = []
@@ -166,7 +171,9 @@ def choose(options: Sequence[Sequence[Option]], slo_ms: Sequence[float]
             missed = sum(1 for k, lat in zip(tasks, latency, strict=True) if lat > slo_ms[k])
             work = np.sum([o.work_ms for o in partial], axis=0) if partial else \
                 np.zeros(n_processors)
-            makespan = max(float(work.max()), max(o.chain_ms for o in partial))
+            # With one request in flight per task, a task's requests follow one another at
+            # its loaded latency: the round ends with the slowest task or the busiest processor.
+            makespan = max(float(work.max()), float(latency.max()))
             return (missed, makespan, float(latency.sum()), float(work.sum()))
 
         grown.sort(key=score)
@@ -183,8 +190,11 @@ class LoadedPolicy(ProfilePolicy):
     """Variants and per-task processor sets planned for the tasks' joint load (module doc)."""
 
     name: str = attrs.field(default="sparseloom-loaded", init=False)
-    #: Consider running a long chain wide (the other processors lend their cores).
-    wide: bool = attrs.field(default=True, kw_only=True)
+    #: Consider running a long chain wide (the other processors lend their cores). Off by
+    #: default: served with the short tasks on the lent core, sentiment's wide chain measured
+    #: 10.5 ms p90 against 6.0 ms on one thread (ONNX Runtime's spinning pool thread and the
+    #: other processor's worker share that core; docs/results.md).
+    wide: bool = attrs.field(default=False, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""

@@ -34,9 +34,9 @@ def test_short_tasks_stay_off_the_long_task_processor() -> None:
     for short in ("short1", "short2"):
         assert set(plan.processors_of(short)) == {"a", "b"} - long_on
     # By hand: long alone on its processor = its chain, 10 + 10; a short task waits for at
-    # most one stage of the other short one: 1 + 1 + 1.
+    # most one request of the other short one, whose two stages run in place: 1 + 1 + 2.
     assert plan.estimated_latency_ms["long"] == pytest.approx(20.0)
-    assert plan.estimated_latency_ms["short1"] == pytest.approx(3.0)
+    assert plan.estimated_latency_ms["short1"] == pytest.approx(4.0)
     assert all(plan.feasible.values())
     # Algorithm 1 (the paper's) spans every task over both processors: each short task's
     # request can queue behind a 10 ms stage on each of them.
@@ -77,18 +77,19 @@ def test_the_longest_chain_runs_wide_when_the_others_leave_cores_idle() -> None:
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
         "long": _one_variant("long", 5.0), "short": _one_variant("short", 1.0)})
     slos = {"long": SLO(0.5, 100.0), "short": SLO(0.5, 100.0)}
-    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    plan = LoadedPolicy(wide=True).plan(list(table.tasks), table, list(table.processors),
+                                        slos)
     assert plan.wide == ("long",)
     assert plan.processors_of("long") == ("ort:CPU", "ort:CPU")
     assert set(plan.processors_of("short")) == {"ov:CPU"}
     wide_ms = 10.0 / WIDE_SPEEDUP
     # Nothing queues ahead of it on ort:CPU: the short task runs on ov:CPU's own worker.
     assert plan.estimated_latency_ms["long"] == pytest.approx(wide_ms)
-    # The short one may wait for a stage's share of what ov:CPU's lent core takes over:
-    # (10 - 10 / WIDE_SPEEDUP) × (5 / 10).
-    assert plan.estimated_latency_ms["short"] == pytest.approx(2.0 + (10.0 - wide_ms) / 2)
-    # Without lending, the long chain stays on one processor at 10 ms.
-    narrow = LoadedPolicy(wide=False).plan(list(table.tasks), table, list(table.processors),
+    # The short one may wait for what ov:CPU's lent core takes over of one long request:
+    # 10 - 10 / WIDE_SPEEDUP.
+    assert plan.estimated_latency_ms["short"] == pytest.approx(2.0 + (10.0 - wide_ms))
+    # Without lending (the default), the long chain stays on one processor at 10 ms.
+    narrow = LoadedPolicy().plan(list(table.tasks), table, list(table.processors),
                                            slos)
     assert narrow.wide == () and len(set(narrow.processors_of("long"))) == 1
 
@@ -97,5 +98,6 @@ def test_short_chains_never_run_wide() -> None:
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
         f"t{i}": _one_variant(f"t{i}", 0.5) for i in range(2)})
     slos = {name: SLO(0.5, 100.0) for name in table.tasks}
-    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    plan = LoadedPolicy(wide=True).plan(list(table.tasks), table, list(table.processors),
+                                        slos)
     assert plan.wide == ()
