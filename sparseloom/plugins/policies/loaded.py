@@ -27,8 +27,8 @@ leave idle is what shortens the run.
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
 place, without yielding it; with one request in flight per task, at most that much is queued
-ahead of it); it is what the plan reports as ``estimated_latency_ms``, so the runtime's feedback compares it with
-the observed latency like with like.
+ahead of it); it is what the plan reports as ``estimated_latency_ms``, so the runtime's
+feedback compares it with the observed latency like with like.
 """
 
 from __future__ import annotations
