@@ -7,8 +7,10 @@ processors' cores, eval rows (seeded per round), load and scoring. Per contender
 gives the median and spread (min–max) of each figure over its VALID runs, and each ratio —
 sparseloom ÷ the best stock runtime, ÷ the best baseline, ÷ its own picks on stock ONNX
 Runtime — computed per round, then summarised. Only measured, VALID runs enter a median; the
-1-minute load average before every run is recorded, and a result with any run started above
-:data:`~sparseloom.evaluation.serve_figures.QUIET_LOAD` is marked as no headline.
+1-minute load average before the first run and the cores other processes kept busy during
+every run are recorded; a result whose first run started above
+:data:`~sparseloom.evaluation.serve_figures.QUIET_LOAD`, or during which anything else used more
+than :data:`~sparseloom.evaluation.serve_figures.QUIET_FOREIGN_CORES` cores, is no headline.
 """
 
 from __future__ import annotations
@@ -19,8 +21,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from sparseloom.evaluation.contenders import ServeContext, select_contenders
-from sparseloom.evaluation.serve_figures import QUIET_LOAD, BenchOptions, Recorder
+from sparseloom.evaluation.serve_figures import (
+    QUIET_FOREIGN_CORES,
+    QUIET_LOAD,
+    BenchOptions,
+    Recorder,
+)
 
 
 def machine() -> dict[str, Any]:
@@ -78,11 +87,15 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                               "scenarios": {}}
     with keep_loaded():
         _run_scenarios(report, context, chosen, options, recorder)
-    loads = [x for x in recorder.loads if x == x]
-    report["load"] = {"before_first": recorder.loads[0] if recorder.loads else math.nan,
-                      "max_before_run": max(loads, default=math.nan),
-                      "quiet": bool(loads) and max(loads) <= QUIET_LOAD,
-                      "threshold": QUIET_LOAD}
+    first = recorder.loads[0] if recorder.loads else math.nan
+    foreign = [r["foreign_cores"] for r in recorder.runs if r["foreign_cores"] == r[
+        "foreign_cores"]]
+    report["load"] = {"before_first": first,
+                      "foreign_cores_max": max(foreign, default=math.nan),
+                      "foreign_cores_median": float(np.median(foreign)) if foreign else math.nan,
+                      "quiet": bool(first <= QUIET_LOAD and foreign
+                                    and max(foreign) <= QUIET_FOREIGN_CORES),
+                      "threshold": QUIET_LOAD, "foreign_threshold": QUIET_FOREIGN_CORES}
     report["runs"] = [{k: v for k, v in r.items() if k != "summary"} for r in recorder.runs]
     return report
 

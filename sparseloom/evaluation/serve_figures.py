@@ -38,8 +38,11 @@ from sparseloom.evaluation.contenders import HEADLINE, Contender, ServeContext
 
 #: The scenarios, in the order they run.
 SCENARIOS = ("closed", "capacity", "grid")
-#: 1-minute load average above which a run is not on a quiet machine.
+#: 1-minute load average before the first run above which the machine was not quiet.
 QUIET_LOAD = 0.5
+#: Cores other processes may keep busy during a run before it is not on a quiet machine
+#: (the OS, the shell, a monitor: measured 0.01–0.05 here on an idle machine).
+QUIET_FOREIGN_CORES = 0.2
 #: Latency SLO multipliers of the capacity and grid scenarios (Sparse-DySta's, Band's slo_scale).
 KS = (2.0, 5.0, 10.0)
 #: "Unconstrained" latency SLO of the closed scenario, ms.
@@ -97,6 +100,43 @@ def load_average() -> float:
         return math.nan
 
 
+def _busy_seconds() -> float:
+    """CPU seconds every process on the machine has spent busy (``/proc/stat``; nan off
+    Linux)."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = handle.readline().split()[1:]
+    except OSError:
+        return math.nan
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+@attrs.define
+class ForeignLoad:
+    """Cores other processes kept busy while a run served: the machine's busy CPU time
+    (``/proc/stat``) minus this process's own, over the run's wall time. A benchmark's own
+    runs load the machine (the 1-minute load average after a few runs is the benchmark's),
+    so this is what says whether anything else competed with it."""
+
+    _busy: float = attrs.field(factory=_busy_seconds)
+    _own: float = attrs.field(factory=_own_seconds)
+    _wall: float = attrs.field(factory=time.perf_counter)
+
+    def cores(self) -> float:
+        """Other processes' busy cores since this record was made (nan off Linux)."""
+        wall = time.perf_counter() - self._wall
+        if wall <= 0:
+            return math.nan
+        return max((_busy_seconds() - self._busy) - (_own_seconds() - self._own), 0.0) / wall
+
+
 def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
     """``items`` rotated left by ``round_index`` (round r starts with the r-th)."""
     if not items:
@@ -106,12 +146,24 @@ def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
 
 
 def summary_figures(summary: Any) -> dict[str, float]:
-    """The figures of one run summary that the benchmark reports."""
+    """The figures of one run summary that the benchmark reports.
+
+    ``equal_accuracy`` is 1 when every task served variants whose accuracy on the whole eval
+    set (the profile's, exact where it measured it) meets the task's accuracy SLO — stock
+    runtimes serve dense models, or sparseloom's picks, and have none recorded: they meet it
+    by construction. The accuracy measured on the requests served is reported beside it; on
+    100 requests its standard error is about 4 points, too coarse to judge a 1-point SLO."""
     figures = {"throughput_rps": float(summary.throughput_rps),
                "violation_rate": float(summary.violation_rate)}
+    equal = True
     for task in summary.tasks:
         figures[f"p90_ms.{task.task}"] = float(task.latency.p90_ms)
         figures[f"accuracy.{task.task}"] = float(task.accuracy_measured)
+        whole = float(task.accuracy_profile)
+        if whole == whole:
+            figures[f"accuracy_eval_set.{task.task}"] = whole
+            equal = equal and whole >= task.slo_accuracy - 1e-9
+    figures["equal_accuracy"] = float(equal)
     for name, share in summary.utilisation.items():
         figures[f"utilisation.{name}"] = float(share)
     return figures
@@ -164,6 +216,7 @@ class Recorder:
         load = load_average()
         self.loads.append(load)
         started = time.perf_counter()
+        foreign = ForeignLoad()
         record: dict[str, Any] = {"scenario": scenario, "contender": contender.name,
                                   "round": round_index, "load_before": load, **extra}
         try:
@@ -175,12 +228,14 @@ class Recorder:
             record |= {"valid": bool(summary.valid), "reasons": list(summary.reasons),
                        "figures": summary_figures(summary), "summary": summary}
         record["seconds"] = time.perf_counter() - started
+        record["foreign_cores"] = foreign.cores()
         self.runs.append(record)
         if self.progress is not None:
             figure = record["figures"].get("throughput_rps", math.nan)
             self.progress(f"{scenario} r{round_index + 1} {contender.name}: "
                           f"{figure:.0f} req/s{'' if record['valid'] else ' INVALID'} "
-                          f"({record['seconds']:.1f} s, load {load:.2f})")
+                          f"({record['seconds']:.1f} s, other processes "
+                          f"{record['foreign_cores']:.2f} cores)")
         return record
 
 

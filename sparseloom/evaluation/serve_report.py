@@ -50,13 +50,15 @@ def _ratio_line(name: str, ratios: dict[str, Any], policy: str = "sparseloom") -
 
 
 def _contender_table(rows: list[dict[str, Any]], header: str, digits: int) -> list[str]:
-    lines = [f"| contender | {header} median [min–max] | VALID rounds | per round |",
-             "|---|---|---|---|"]
+    lines = [f"| contender | {header} median [min–max] | VALID rounds | per round | at equal "
+             "accuracy |", "|---|---|---|---|---|"]
     for row in rows:
         rounds = ", ".join(_num(x, digits) for x in row["rounds"])
         invalid = f" ({row['invalid_runs']} INVALID)" if row["invalid_runs"] else ""
+        equal = row["figures"].get("equal_accuracy", {}).get("median", math.nan)
+        equal_text = "–" if equal != equal else ("yes" if equal >= 1 else "**no**")
         lines.append(f"| {row['contender']} | {_cell(row, digits)} | {row['n']}{invalid} | "
-                     f"{rounds} |")
+                     f"{rounds} | {equal_text} |")
     return lines
 
 
@@ -66,10 +68,13 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# bench serve: {report['workload']}", "",
              f"Machine: {machine['cpu']}, cores {machine['cores']}; ONNX Runtime "
              f"{machine['onnxruntime']}, OpenVINO {machine['openvino']}. 1-minute load average "
-             f"before the first run {_num(load['before_first'], 2)}, highest before any run "
-             f"{_num(load['max_before_run'], 2)}"
-             + ("" if load["quiet"] else f" — **above {load['threshold']}: not a headline "
-                                          f"(the machine was not quiet)**") + ".", "",
+             f"before the first run {_num(load['before_first'], 2)}; other processes kept "
+             f"{_num(load['foreign_cores_median'], 2)} cores busy during the median run, "
+             f"{_num(load['foreign_cores_max'], 2)} at most"
+             + ("" if load["quiet"] else f" — **not a quiet machine (load above "
+                                          f"{load['threshold']} before the first run, or other "
+                                          f"processes above {load['foreign_threshold']} cores "
+                                          f"during a run): not a headline**") + ".", "",
              "sparseloom's processors: " + "; ".join(report["processors"]) + ".", ""]
     for name, text in report["stock_configurations"].items():
         lines.append(f"- `{name}`: {text}")
@@ -111,9 +116,11 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
                 out.append(f"{scenario}: {policy} ÷ best stock runtime = "
                            f"{_num(ratio['median'], 2)}× (median of {ratio['n']} round(s), "
                            f"{_num(ratio['min'], 2)}–{_num(ratio['max'], 2)})")
-    if not report["load"]["quiet"]:
-        out.append(f"load average reached {_num(report['load']['max_before_run'], 2)} before a "
-                   f"run: not a quiet machine, not a headline")
+    load = report["load"]
+    if not load["quiet"]:
+        out.append(f"not a quiet machine (load {_num(load['before_first'], 2)} before the "
+                   f"first run, other processes up to {_num(load['foreign_cores_max'], 2)} "
+                   f"cores during a run): not a headline")
     return out
 
 

@@ -137,3 +137,16 @@ def test_cli_writes_the_report(tmp_path: Path, tiny: tuple[Any, Any]) -> None:
     assert {"vs_best_stock", "vs_best_baseline"} <= set(closed["ratios"])
     assert "sparseloom ÷ best stock runtime" in completed.stdout
     assert (out / "report.md").is_file() and (out / "serve_closed.png").is_file()
+
+
+def test_foreign_load_counts_other_processes_not_this_one() -> None:
+    from sparseloom.evaluation.serve_figures import ForeignLoad
+
+    probe = ForeignLoad()
+    total = sum(i * i for i in range(2_000_000))  # this process busy: not foreign
+    own = probe.cores()
+    probe = ForeignLoad()
+    burn = "import time\nt = time.time()\nwhile time.time() - t < 1.0:\n    pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=30)
+    assert total > 0 and own < 0.5
+    assert probe.cores() >= 0.6  # the child kept a core busy for the whole second
