@@ -118,7 +118,9 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
 
     The bracket is [0, 1.5 × closed-loop throughput ÷ tasks] (a rate above the closed-loop
     throughput cannot be sustained); ``capacity_steps`` halvings leave a tolerance of
-    1.5 / 2**steps of it. A contender's capacity is the largest rate probed that met every SLO
+    1.5 / 2**steps of it. A probe stops as soon as its verdict is certain (``early_stop``:
+    a task with a tenth of its requests over the SLO), so failing probes cost seconds. A
+    contender's capacity is the largest rate probed that met every SLO
     (0 when none did). Baselines run only at ``baseline_ks``.
     """
     tasks = len(context.workload.task_names)
@@ -148,7 +150,7 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
                     search = searches[contender.name]
                     rate = search.next_rate()
                     spec = LoadSpec("poisson", queries=options.capacity_requests, rate=rate,
-                                    seed=options.seed + round_index)
+                                    seed=options.seed + round_index, early_stop=True)
                     run = recorder.run(
                         "capacity", contender, round_index,
                         partial(serve_contender, context, contender, spec, slos),

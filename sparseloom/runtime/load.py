@@ -45,6 +45,10 @@ class LoadSpec:
         join_after: completions of the last joined task before the next joins (default:
             a tenth of ``queries``, at least 1).
         seed: seeds the sample draws and the arrival times.
+        early_stop: stop issuing once the run's latency verdict is certain: a task with more
+            than a tenth of its ``queries`` requests already over its latency SLO misses its
+            p90 whatever the rest do (MLPerf LoadGen's early stopping, in its simplest exact
+            form). The run is then cut short (its summary says so). Needs ``queries``.
     """
 
     kind: LoadKind = attrs.field(default="closed", validator=choice_field("closed", "poisson"))
@@ -58,10 +62,14 @@ class LoadSpec:
     join_after: int | None = attrs.field(
         default=None, validator=number_field(low=1, integer=True, optional=True))
     seed: int = attrs.field(default=0, validator=number_field(integer=True))
+    early_stop: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         if self.queries is None and self.duration_s is None:
             raise ConfigError("a load needs --queries or --duration")
+        if self.early_stop and self.queries is None:
+            raise ConfigError("early_stop needs a number of queries per task (it stops once "
+                              "a tenth of them missed the latency SLO)")
         if self.kind == "poisson" and (self.rate is None or self.rate <= 0):
             raise ConfigError("Poisson load needs a rate > 0 requests/s per task")
 
@@ -81,6 +89,7 @@ class LoadResult:
     ended_s: float
     interrupted: bool
     drained_failures: int
+    stopped_early: bool = False
 
     @property
     def wall_s(self) -> float:
@@ -105,8 +114,12 @@ class _Driver:
     duration_s: float | None = attrs.field(init=False)
     ordered: bool = attrs.field(init=False)
     join_every: int = attrs.field(init=False)
+    early_stop: bool = attrs.field(init=False)
+    missed: dict[str, int] = attrs.field(factory=dict)
+    stopped_early: bool = False
 
     def __attrs_post_init__(self) -> None:
+        self.early_stop = self.spec.early_stop
         self.ordered = bool(self.spec.arrival_order)
         self.join_every = self.spec.join_every
         self.closed = self.spec.kind == "closed"
@@ -148,6 +161,11 @@ class _Driver:
         arrivals, which race with it, take the lock).
         """
         task = request.task
+        if self.early_stop and request.latency_ms > self.runtime.slos[task].latency_ms:
+            self.missed[task] = missed = self.missed.get(task, 0) + 1
+            if missed > 0.1 * (self.queries or 0):
+                self.stop.set()  # this task's p90 misses its SLO whatever comes next
+                self.stopped_early = True
         if self.closed:
             ended = self.ended[task] = self.ended[task] + 1
             count = self.issued[task]
@@ -217,7 +235,7 @@ def offer(runtime: Runtime, spec: LoadSpec, *, progress: bool = False,
     runtime.control.wait_idle(drain_timeout_s)
     runtime.on_finish = None
     ended = runtime.last_finished_s or time.perf_counter()
-    return LoadResult(driver.started_s, ended, interrupted, drained)
+    return LoadResult(driver.started_s, ended, interrupted, drained, driver.stopped_early)
 
 
 def _wait(driver: _Driver, bar: Any) -> None:

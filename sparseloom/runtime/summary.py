@@ -218,6 +218,9 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
                        f"{MIN_REQUESTS} (use --queries {MIN_REQUESTS} or more)")
     if load.interrupted:
         reasons.append(INTERRUPTED)
+    if load.stopped_early:
+        reasons.append("stopped early: a task had more than a tenth of its queries over its "
+                       "latency SLO, so its p90 missed it whatever came next (early_stop)")
     switch_events = [e for e in runtime.loader.events if e.reason != "preload"]
     violated = sum(1 for t in tasks if t.violated)
     return RunSummary(
