@@ -114,5 +114,25 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
         raise ConfigError(f"unknown stock runtime {contender.name!r}")
     stock = STOCK_RUNTIMES[contender.name]
     picks = context.picks(slos) if stock.picks else None
-    return serve_stock(context.workload, context.zoos, stock, spec, slos, cores=context.cores,
-                       picks=picks, precision=context.precision)
+    summary = serve_stock(context.workload, context.zoos, stock, spec, slos,
+                          cores=context.cores, picks=picks, precision=context.precision)
+    return _with_eval_set_accuracy(context, summary, picks)
+
+
+def _with_eval_set_accuracy(context: ServeContext, summary: RunSummary,
+                            picks: Mapping[str, tuple[int, ...]] | None) -> RunSummary:
+    """A stock run's summary with each task's accuracy on the whole eval set filled in, as a
+    policy run's has it from the profile: the dense model's (the zoo's record), or the
+    profile's of the pick — so every contender is judged by the same accuracy."""
+    import attrs
+
+    tasks = []
+    for task in summary.tasks:
+        if picks is not None:
+            profile = context.profile.task(task.task)
+            row = int(profile.index(list(picks[task.task])))
+            whole = float(profile.accuracy()[row])
+        else:
+            whole = float(context.zoos[task.task].manifest["metric"]["dense"])
+        tasks.append(attrs.evolve(task, accuracy_profile=whole))
+    return attrs.evolve(summary, tasks=tuple(tasks))
