@@ -69,12 +69,12 @@ def render_markdown(report: dict[str, Any]) -> str:
              f"Machine: {machine['cpu']}, cores {machine['cores']}; ONNX Runtime "
              f"{machine['onnxruntime']}, OpenVINO {machine['openvino']}. 1-minute load average "
              f"before the first run {_num(load['before_first'], 2)}; other processes kept "
-             f"{_num(load['foreign_cores_median'], 2)} cores busy during the median run, "
-             f"{_num(load['foreign_cores_max'], 2)} at most"
+             f"{_num(load['foreign_cores_mean'], 3)} cores busy on average while the runs "
+             f"served ({_num(load['foreign_cores_max'], 2)} in the busiest run)"
              + ("" if load["quiet"] else f" — **not a quiet machine (load above "
                                           f"{load['threshold']} before the first run, or other "
                                           f"processes above {load['foreign_threshold']} cores "
-                                          f"during a run): not a headline**") + ".", "",
+                                          f"on average): not a headline**") + ".", "",
              "sparseloom's processors: " + "; ".join(report["processors"]) + ".", ""]
     for name, text in report["stock_configurations"].items():
         lines.append(f"- `{name}`: {text}")
@@ -119,8 +119,8 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
     load = report["load"]
     if not load["quiet"]:
         out.append(f"not a quiet machine (load {_num(load['before_first'], 2)} before the "
-                   f"first run, other processes up to {_num(load['foreign_cores_max'], 2)} "
-                   f"cores during a run): not a headline")
+                   f"first run, other processes {_num(load['foreign_cores_mean'], 2)} cores on "
+                   f"average): not a headline")
     return out
 
 

@@ -82,7 +82,7 @@ def test_the_report_shows_simulated_figures_in_their_own_section_only() -> None:
         closed)
     report = {"workload": "hand", "processors": ["A", "B"], "stock_configurations": {},
               "machine": {"cpu": "?", "cores": [0, 1], "onnxruntime": "?", "openvino": "?"},
-              "load": {"before_first": 0.1, "foreign_cores_median": 0.01,
+              "load": {"before_first": 0.1, "foreign_cores_mean": 0.01,
                        "foreign_cores_max": 0.02, "foreign_threshold": 0.2, "quiet": True,
                        "threshold": 0.5},
               "scenarios": {"closed": closed}}
