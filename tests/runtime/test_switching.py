@@ -126,8 +126,11 @@ def test_feedback_reaches_the_policy_and_its_answer_is_applied(tiny: tuple[Any, 
     # on_feedback was called with exactly the feedbacks the runtime made, in order
     assert len(policy.seen) >= 2 and policy.seen == list(runtime.feedbacks)
     assert policy.seen[0].plan is first
-    assert all(f.violated == {"tiny": True} and f.latency_ms["tiny"] > 0.001
-               for f in policy.seen)
+    # Every window that held requests violated the 1 µs SLO (a feedback made on the control
+    # thread just after the switch reset the monitor reads an empty window: NaN, no verdict).
+    judged = [f for f in policy.seen if f.latency_ms["tiny"] == f.latency_ms["tiny"]]
+    assert judged and all(f.violated == {"tiny": True} and f.latency_ms["tiny"] > 0.001
+                          for f in judged)
     # Its first answer was applied: one switch, for feedback, to (1,1), loading what (1,1)
     # needs (only the first plan's subgraphs were preloaded); its later None changed nothing.
     assert [(e.reason, e.from_route, e.to_route) for e in runtime.switches] == [
