@@ -118,9 +118,12 @@ def test_feedback_reaches_the_policy_and_its_answer_is_applied(tiny: tuple[Any, 
     tight = {"tiny": SLO(0.0, 0.001)}  # every window violates it
     runtime, _ = _runtime(tiny, policy, tight, budget=None, options=RuntimeOptions(window=10))
     try:
-        load = offer(runtime, LoadSpec("closed", queries=80))
+        # Enough requests that the switch (two loads on the control thread, ~0.1 s) lands
+        # while they are still being served: tiny serves 80 in a few milliseconds (2,000: 200
+        # feedbacks, within the runtime's last 256 kept).
+        load = offer(runtime, LoadSpec("closed", queries=2000))
         assert runtime.control.wait_idle(30)
-        assert not load.interrupted and runtime.completed == 80
+        assert not load.interrupted and runtime.completed == 2000
     finally:
         runtime.stop()
     # on_feedback was called with exactly the feedbacks the runtime made, in order
