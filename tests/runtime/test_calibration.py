@@ -48,7 +48,7 @@ def _wait(condition: Any, timeout_s: float) -> bool:
     "timing-dependent on a shared 2-core machine: in a fresh-clone CI run it failed about one "
     "run in three (the plan did not move within 20 s, or the factor stayed above 3x its usual "
     "value); the logic is covered by tests/plan/test_policy.py and tests/runtime/"
-    "test_switching.py; run it by hand with -p no:skip"))
+    "test_switching.py; delete this mark to run it"))
 def test_a_slowed_processor_moves_the_plan_once_and_recovers(
         two_tasks: tuple[Any, Any]) -> None:
     # Timing on a shared 2-core machine: a second attempt absorbs one disturbed run; a real
