@@ -31,7 +31,10 @@ def test_faults_at_a_few_percent_keep_the_invariant(tiny: tuple[Any, Any],
         check_invariant(result)
         summary = result.summary
         assert summary.injected_faults > 0
-        assert summary.submitted == 150
+        # Every offered query is accounted for: served, failed, or refused by a full queue
+        # (a Poisson burst during a plan switch may fill the tiny task's queue).
+        assert summary.submitted + summary.rejected == 150
+        assert summary.submitted > 0
         retried = [r for r in result.records if r.retries]
         assert retried, "a failed stage is retried on another processor"
         assert any(r.status == "completed" for r in retried)
