@@ -108,7 +108,8 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
         for policy, ratios in by_policy.items():
             ratio = ratios.get("vs_best_stock") or {}
             if not ratio.get("n"):
-                out.append(f"{scenario}: no VALID {policy}/stock pair of runs")
+                out.append(f"{scenario}: {policy} ÷ best stock runtime: no round in which both "
+                           "had a VALID run")
             elif ratio.get("difference"):
                 out.append(f"{scenario}: violation rate of the best stock runtime − {policy}'s, "
                            f"median {_num(ratio['median'], 2)} over {ratio['n']} round(s)")
