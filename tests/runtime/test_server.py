@@ -8,6 +8,7 @@ import threading
 from concurrent.futures import Future, wait
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
@@ -100,9 +101,19 @@ def test_inputs_are_checked_and_bad_calls_say_what_to_do(tiny: tuple[Any, Any]) 
 
 
 def test_set_slo_mid_stream_moves_the_plan_and_loses_nothing(tiny: tuple[Any, Any]) -> None:
-    workload, profile = tiny
+    workload, measured = tiny
     task = workload.task("tiny")
-    best = float(profile.task("tiny").accuracy().max())
+    accuracy = measured.task("tiny").accuracy()
+    best = float(accuracy.max())
+    # The most accurate variant's subgraphs made 10x slower in a copy of the profile, so the
+    # loose SLO serves another variant whatever this machine measured (tiny's variants are
+    # all about as fast: the measured profile may rank the most accurate fastest too).
+    shape = (measured.task("tiny").n_variants,) * measured.task("tiny").n_positions
+    slowed = measured.task("tiny").latency_ms.copy()
+    for position, variant in enumerate(np.unravel_index(int(np.argmax(accuracy)), shape)):
+        slowed[position, int(variant), :] *= 10
+    profile = attrs.evolve(measured, tasks={"tiny": attrs.evolve(measured.task("tiny"),
+                                                                 latency_ms=slowed)})
     rows = [row % task.num_eval for row in range(240)]
     jobs = [("tiny", row, eval_row(task, row)) for row in rows]
     # Clients submit as fast as they can; the bound must not refuse what waits out the switch.
