@@ -224,9 +224,9 @@ class Plan:
         assignment: per task, the processor of each position (see :meth:`processors_of`).
         slos: the SLO each task was planned against.
         decision_seconds: wall time the policy took to decide, in seconds.
-        wide: tasks whose stages run *wide*: on their processor's thread plus one thread on
-            each core of the plan's other processors, lent while the stage runs (a backend
-            that can, e.g. ONNX Runtime's intra-op pool; others run them as usual).
+        wide: tasks whose stages may run *wide* while the plan's other processors are idle:
+            on their processor's thread plus one thread on each core of the other processors
+            (a backend that can, e.g. ONNX Runtime's intra-op pool; others run them as usual).
     """
 
     policy: str

@@ -256,6 +256,10 @@ class Runtime(StageHandler):
             value = self._stage_ms[key] = 1e3 * self.profiled_seconds(key[:3], worker.name)
         return value
 
+    def lenders_idle(self, worker: ProcessorWorker) -> bool:
+        """Whether every other processor that is up is idle (it lends its cores)."""
+        return all(w.idle() for w in self.workers.values() if w is not worker and not w.down)
+
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """Hand a request to its next stage's worker, or complete it (called by workers)."""
         if self.dispatcher is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -134,9 +134,9 @@ class ModelLoader:
              lent_cores: tuple[int, ...] = ()) -> LoadEvent | None:
         """Load subgraph ``key`` on ``worker`` unless it is resident there; return the event.
 
-        :param lent_cores: load it *wide* (``Plan.wide``): with one more thread on each of
-            these cores, where the backend can (``backend.widened``; others load it as usual).
-            A model resident the other way is loaded again and replaces it.
+        :param lent_cores: also load its *wide twin* (``Plan.wide``): the same subgraph with one
+            more thread on each of these cores, where the backend can (``backend.widened``;
+            others load it as usual). The worker runs the twin while the lenders are idle.
         :raises BackendError: compiling or loading failed, or its inputs do not match the zoo.
         """
         processor = worker.processor
@@ -144,10 +144,26 @@ class ModelLoader:
         widened = getattr(backend, "widened", None)
         wide = bool(lent_cores) and callable(widened)
         resident = worker.models.get(key)
-        if resident is not None and resident.wide == wide:
+        if resident is not None and (resident.wide or not wide):
             return None
+        event = None
+        if resident is None:
+            loaded, runner, event = self._load_one(key, backend, processor, reason)
+            resident = worker.models[key] = ResidentModel(
+                key, processor, backend, loaded, runner, tuple(loaded.input_names),
+                int(getattr(loaded, "memory_bytes", 0)))
         if wide and widened is not None:  # (wide implies it; the check narrows the type)
-            processor = widened(processor, tuple(lent_cores))
+            twin, twin_runner, twin_event = self._load_one(
+                key, backend, widened(processor, tuple(lent_cores)), reason)
+            resident.wide, resident.wide_loaded, resident.wide_runner = True, twin, twin_runner
+            resident.wide_processor = widened(processor, tuple(lent_cores))
+            resident.memory_bytes += int(getattr(twin, "memory_bytes", 0))
+            event = event or twin_event
+        return event
+
+    def _load_one(self, key: ModelKey, backend: Any, processor: Processor, reason: str
+                  ) -> tuple[Any, Callable[[Mapping[str, Any]], Mapping[str, Any]], LoadEvent]:
+        """Compile and load subgraph ``key`` for ``processor``: (loaded, its call, the event)."""
         task_name, position, variant = key
         task = self.tasks[task_name]
         path = task.zoo.subgraph_path(position, variant)
@@ -176,25 +192,23 @@ class ModelLoader:
         runner = getattr(loaded, "runner", None)
         if not callable(runner):
             runner = functools.partial(backend.infer, loaded)
-        worker.models[key] = ResidentModel(key, processor, backend, loaded, runner,
-                                           tuple(loaded.input_names),
-                                           int(getattr(loaded, "memory_bytes", 0)), wide=wide)
         event = LoadEvent(task_name, position, variant, processor.name, reason,
                           (compiled_at - started) * 1e3, (done - compiled_at) * 1e3,
                           int(getattr(loaded, "memory_bytes", 0)), done - self.started_s)
         self.events.append(event)
-        return event
+        return loaded, runner, event
 
     def unload_all(self, workers: Mapping[str, ProcessorWorker]) -> None:
         """Unload every resident model (errors are ignored: the run is over)."""
         kept = {id(loaded) for _, loaded in (_KEPT or {}).values()}
         for worker in workers.values():
             for model in list(worker.models.values()):
-                if id(model.loaded) in kept:
-                    continue  # keep_loaded() unloads it when its block ends
-                # Unloading at the end must not hide the summary.
-                with contextlib.suppress(Exception):
-                    model.backend.unload(model.loaded)
+                for loaded in (model.loaded, model.wide_loaded):
+                    if loaded is None or id(loaded) in kept:
+                        continue  # keep_loaded() unloads it when its block ends
+                    # Unloading at the end must not hide the summary.
+                    with contextlib.suppress(Exception):
+                        model.backend.unload(loaded)
             worker.models.clear()
 
 

@@ -74,7 +74,9 @@ def render(summary: RunSummary) -> str:
         f"pipeline bound {summary.pipeline_bound_rps:.1f} req/s (busiest: "
         f"{summary.busiest_processor}) -> {_pct(summary.pipeline_share)} of it",
         "utilisation        : " + ", ".join(f"{n} {u:.0%}" for n, u in
-                                             summary.utilisation.items()),
+                                             summary.utilisation.items())
+        + "".join(f"; {n} ran {k} stage(s) wide on the idle processors' cores"
+                  for n, k in summary.wide_stages.items()),
         f"switches           : {summary.switches} ({summary.switch_loads} loads, "
         f"{summary.switch_load_ms:.1f} ms compile+load); preload {summary.preload_ms:.1f} ms",
         f"memory             : loaded {_mib(m['loaded_bytes'])}, RSS growth "

@@ -33,7 +33,8 @@ class Route:
         variant: the stitched variant.
         processors: one processor name per position.
         version: the plan version it came from (0 = the first plan, +1 per switch).
-        wide: its stages run wide (``Plan.wide``: threads on the other processors' cores too).
+        wide: its stages may run wide (``Plan.wide``: threads on the other processors' cores
+            too, while those are idle).
     """
 
     variant: StitchedVariant

@@ -165,6 +165,7 @@ class ProcessorView:
         queued: requests waiting in its queue.
         down: marked down after repeated failures.
         stages_run: model calls made since the start.
+        wide_stages: of those, the ones run wide on the idle other processors' cores.
     """
 
     processor: str
@@ -172,6 +173,7 @@ class ProcessorView:
     queued: int
     down: bool
     stages_run: int
+    wide_stages: int = 0
 
 
 @attrs.frozen
@@ -229,7 +231,8 @@ def server_stats(runtime: Runtime, serving: set[str] | frozenset[str],
         busy_now = worker.busy_s
         busy_since[name] = (now, busy_now)
         processors[name] = ProcessorView(name, (busy_now - busy) / max(now - then, 1e-9),
-                                         worker.queued(), worker.down, worker.stages_run)
+                                         worker.queued(), worker.down, worker.stages_run,
+                                         worker.wide_stages)
     return ServerStats(now - runtime.started_s, tasks, processors, runtime.submitted,
                        runtime.completed, runtime.failed,
                        sum(t.rejected for t in tasks.values()))

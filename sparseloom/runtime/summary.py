@@ -90,6 +90,8 @@ class RunSummary:
     reasons: tuple[str, ...]
     notes: tuple[str, ...]
     rejected: int = 0
+    #: Stages each processor ran wide, on the cores of the others while they were idle.
+    wide_stages: dict[str, int] = attrs.field(factory=dict)
 
 
 #: The reason of a run cut short by Ctrl-C (``sparseloom run`` then exits with status 130).
@@ -231,6 +233,7 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
         pipeline_share=throughput / bound if bound == bound and bound > 0 else math.nan,
         busiest_processor=busiest,
         utilisation={n: w.busy_s / wall_s for n, w in runtime.workers.items()},
+        wide_stages={n: w.wide_stages for n, w in runtime.workers.items() if w.wide_stages},
         switches=sum(runtime.switch_counts.values()), switch_loads=len(switch_events),
         switch_load_ms=sum(e.total_ms for e in switch_events),
         preload_ms=sum(e.total_ms for e in runtime.loader.events if e.reason == "preload"),

@@ -12,6 +12,13 @@ SLO, as Band's deadline schedulers do), so a short task's stage no longer waits 
 task's long stage queued before it when its SLO is the tighter one. Requests of one task keep
 their order (same SLO: deadline order is submission order). Jobs queued with :meth:`call`
 (loads, switches) go before any request; stop goes after every request already queued.
+
+**Idle lending.** A subgraph of a ``Plan.wide`` task has a wide twin beside it (one more
+thread on each core of the other processors). The worker runs a stage on the twin only when
+every other processor that is up is idle — nothing running, nothing queued — so a long chain
+borrows the cores the short tasks leave idle and never takes one a task is waiting for (a
+request arriving there meanwhile shares the core for at most that stage). A wide stage counts
+as on profile in the online calibration: it is faster by design, not because the processor is.
 """
 
 from __future__ import annotations
@@ -51,7 +58,12 @@ class ResidentModel:
         memory_bytes: what the backend measured it holds.
         profiled_s: the profile's time of one call (negative until first looked up; 0 when
             the profile has none): what the worker's measured time is calibrated against.
-        wide: loaded to run wide (threads on the other processors' cores too, ``Plan.wide``).
+        wide: a wide twin is loaded beside it (``Plan.wide``): ``wide_runner`` calls the same
+            subgraph with one more thread on each core the other processors lend.
+        wide_runner: the wide twin's call (``None`` when there is none); the worker makes it
+            instead of ``runner`` only while every other processor is idle.
+        wide_loaded: the wide twin's loaded model (unloaded with it).
+        wide_processor: the processor the twin was loaded for (its threads and their cores).
     """
 
     key: ModelKey
@@ -63,6 +75,9 @@ class ResidentModel:
     memory_bytes: int
     profiled_s: float = -1.0
     wide: bool = False
+    wide_runner: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    wide_loaded: Any = None
+    wide_processor: Processor | None = None
 
 
 class StageHandler:
@@ -80,6 +95,11 @@ class StageHandler:
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
         raise NotImplementedError
+
+    def lenders_idle(self, worker: ProcessorWorker) -> bool:
+        """Whether every processor that lends ``worker`` its cores is idle now (nothing
+        running, nothing queued): only then does a wide stage borrow them."""
+        return False
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
         """The profile's time of one call of subgraph ``key`` on ``processor`` (0: unknown)."""
@@ -115,6 +135,8 @@ class ProcessorWorker:
         failures: stage failures on this processor; ``consecutive_failures`` resets on success.
         down: marked down after repeated failures (the policy re-plans without it).
         pending_ms: the expected work queued here, from profiled stage times (for dispatch).
+        running: a request's stages, or a queued job, are running here now.
+        wide_stages: stages run wide, on cores the idle other processors lent.
     """
 
     processor: Processor
@@ -128,6 +150,8 @@ class ProcessorWorker:
     consecutive_failures: int = 0
     down: bool = False
     pending_ms: float = 0.0
+    running: bool = False
+    wide_stages: int = 0
     _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
     _ready: threading.Condition = attrs.field(factory=threading.Condition, init=False)
     _order: Any = attrs.field(factory=itertools.count, init=False)
@@ -188,10 +212,18 @@ class ProcessorWorker:
                 item = pop(heap)[2]
             if item is _STOP:
                 return
-            if callable(item):
-                item()
-                continue
-            self._serve(item)
+            self.running = True  # a load or switch holds the core as a request does
+            try:
+                if callable(item):
+                    item()
+                else:
+                    self._serve(item)
+            finally:
+                self.running = False
+
+    def idle(self) -> bool:
+        """Nothing running and nothing queued here."""
+        return not self.running and not self._heap
 
     def _serve(self, request: Request) -> None:
         """Run ``request``'s stages while they are on this processor.
@@ -216,13 +248,24 @@ class ProcessorWorker:
                                       f"loaded on {name}")
                 if faults is not None:
                     faults.maybe_fail(self.processor, request, position)
+                runner = model.runner
+                twin = model.wide_runner
+                wide = twin is not None and handler.lenders_idle(self)
+                if twin is not None and wide:  # the lenders are idle: borrow their cores
+                    runner = twin
                 start = perf_counter()
-                outputs = model.runner({key: carried[key] for key in model.input_names})
-                self.busy_s += perf_counter() - start
+                outputs = runner({key: carried[key] for key in model.input_names})
+                took = perf_counter() - start
+                self.busy_s += took
                 # Online calibration (Band's smoothed service times): measured vs profiled.
+                # A wide stage is faster than profiled by design, not because the processor
+                # is: it counts as on profile.
                 profiled = model.profiled_s
                 if profiled < 0:
                     profiled = model.profiled_s = handler.profiled_seconds(model.key, name)
+                if wide:
+                    profiled = took
+                    self.wide_stages += 1
                 self.profiled_s += profiled
             except Exception as error:
                 self.failures += 1

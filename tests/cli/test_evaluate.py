@@ -35,7 +35,8 @@ def test_unknown_contender_is_one_line(tmp_path: Path,
 def test_evaluate_quick_writes_json_and_figures(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", "tiny", "--quick", "--contender", "sparseloom", "--contender",
-                 "vanilla-ov", "--queries", "10", "--out", str(tmp_path), "--json"]) == 0
+                 "vanilla-ov", "--queries", "10", "--slo-config", "0", "--budget", "1.0",
+                 "--out", str(tmp_path), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert {"contenders", "budget", "orders", "stitching", "validation", "files"} <= set(
         document)

@@ -1,16 +1,28 @@
-"""A wide route (``Plan.wide``): its ONNX Runtime stages get one more thread per lent core."""
+"""Idle lending (``Plan.wide``): a wide twin beside each subgraph, run only while the other
+processors are idle, answering as plain ONNX Runtime does."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
+import pytest
 
 from sparseloom.core.types import SLO, StitchedVariant
 
 
-def test_a_wide_route_runs_on_lent_cores_and_answers_as_plain_onnxruntime(
+def _serve(runtime: Any, task: str, rows: range) -> list[Any]:
+    answers = []
+    for row in rows:
+        done: Future[Any] = Future()
+        runtime.submit(task, row, future=done)
+        answers.append(done.result(timeout=30))
+    return answers
+
+
+def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
         two_tasks: tuple[Any, Any]) -> None:
     import onnxruntime as ort
 
@@ -25,34 +37,41 @@ def test_a_wide_route_runs_on_lent_cores_and_answers_as_plain_onnxruntime(
     workload, profile = two_tasks
     processors = profile_processors(profile)
     if len({c for p in processors for c in p.cores}) < 2:
-        import pytest
-
         pytest.skip("a wide route needs a second core to borrow")
     task = "digits_a"
     zoo = load_zoo(zoo_directory(profile.meta["zoo_hashes"][task]), verify=False)
     runtime = Runtime([RuntimeTask(workload.task(task), zoo, SLO(0.0, 1000.0))], processors)
     route = Route(StitchedVariant(task, (0, 0)), ("ort:CPU", "ort:CPU"), wide=True)
+    lender = next(name for name in runtime.workers if name != "ort:CPU")
+    gate = threading.Event()
     try:
         switching.load_pairs(runtime, switching.route_keys(runtime, route), "preload",
                              wide=[task])
         runtime.start_workers()
         runtime.set_route(task, route, "plan")
-        model = runtime.workers["ort:CPU"].models[(task, 0, 0)]
-        own = runtime.workers["ort:CPU"].processor
+        worker = runtime.workers["ort:CPU"]
+        model = worker.models[(task, 0, 0)]
+        own = worker.processor
         lent = switching.lent_cores(runtime, "ort:CPU")
-        assert model.wide and lent and not set(lent) & set(own.cores)
-        assert model.processor.threads == own.threads + len(lent)
-        assert model.processor.options["session.intra_op_thread_affinities"] == ";".join(
+        # The one-thread model stays; its wide twin has a thread on each lent core.
+        assert model.wide and model.processor == own and lent
+        assert not set(lent) & set(own.cores)
+        assert model.wide_processor.threads == own.threads + len(lent)
+        assert model.wide_processor.options["session.intra_op_thread_affinities"] == ";".join(
             str(c + 1) for c in lent)
-        rows = workload.task(task).eval_inputs
-        answers = []
-        for row in range(5):
-            done: Future[Any] = Future()
-            runtime.submit(task, row, future=done)
-            answers.append(done.result(timeout=30))
+        # The lender busy (a job holds its thread): every stage runs on one thread.
+        runtime.workers[lender].call(lambda: gate.wait(30))
+        busy = _serve(runtime, task, range(3))
+        assert worker.wide_stages == 0 and worker.stages_run == 6
+        gate.set()
+        runtime.drain(30)
+        # The lender idle: the stages borrow its core.
+        idle = _serve(runtime, task, range(3, 6))
+        assert worker.wide_stages == 6
         # The oracle: the same two subgraphs chained through plain ONNX Runtime sessions.
         first, second = (ort.InferenceSession(str(p)) for p in stitched_paths(zoo, (0, 0)))
-        for row, answer in enumerate(answers):
+        rows = workload.task(task).eval_inputs
+        for row, answer in enumerate(busy + idle):
             feed = {k: v[row:row + 1] for k, v in rows.items()}
             middle = dict(zip([o.name for o in first.get_outputs()],
                               first.run(None, feed), strict=True))
@@ -61,5 +80,6 @@ def test_a_wide_route_runs_on_lent_cores_and_answers_as_plain_onnxruntime(
             got = answer[second.get_outputs()[0].name]
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     finally:
+        gate.set()
         runtime.drain(30)
         runtime.stop()

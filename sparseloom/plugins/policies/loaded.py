@@ -17,12 +17,14 @@ task's variant *and processor set* for the load:
    their latency SLO; the closed-loop makespan per round of requests, ``max(busiest processor's
    summed stage time, longest loaded latency)``; the summed loaded latency; the total work.
 
-A chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
-Runtime's intra-op pool) may also borrow the other processors' cores while it runs
-(``Plan.wide``): its stages are :data:`WIDE_SPEEDUP` faster, its own processor is busy for all
-of it and the lending ones for the share they take over. On the paper's closed loop the longest
-chain bounds the run (one request in flight per task), so lending it the cores the short tasks
-leave idle is what shortens the run.
+A long chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
+Runtime's intra-op pool) may borrow the other processors' cores **while they are idle**
+(``Plan.wide``): the runtime keeps a wide twin of each of its subgraphs beside the one-thread
+one and runs a stage on the twin only when every other processor has nothing running or
+queued. On the paper's closed loop the longest chain bounds the run and the short tasks leave
+their processor idle most of the time (and wholly once they are done); a stage borrows that
+core instead of leaving it idle, and never takes it from a task that needs it. The estimates
+stay those of one thread (what the chain takes when the others are busy).
 
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
@@ -48,11 +50,7 @@ from sparseloom.profile.table import ProfileTable, TaskProfile
 #: Partial assignments kept per step of the beam search (4 tasks × ~10 options each are
 #: searched exhaustively well within this; 16 tasks plan in milliseconds).
 BEAM = 256
-#: A wide chain's speed-up over its one-thread profile when each other processor lends its
-#: core (two threads here). Measured with ONNX Runtime, spinning on, on the pick of the
-#: bundled sentiment task: 6.2 ms on one thread, 3.7 ms on two (1.7×); 1.6 leaves margin.
-WIDE_SPEEDUP = 1.6
-#: Chains shorter than this are never run wide: on the bundled sub-millisecond models two
+#: Chains shorter than this never borrow cores: on the bundled sub-millisecond models two
 #: threads measured 0.65–0.9× of one (waking a thread per operator costs more than it saves).
 WIDE_MIN_CHAIN_MS = 2.0
 
@@ -68,8 +66,6 @@ class Option:
         chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
         longest_ms: the longest time one request holds each processor, (P,) (0 where unused):
             consecutive stages on one processor run in place, so they count as one.
-        wide: run wide (``Plan.wide``): the other processors lend their cores, so the chain
-            is faster and its work counts on every processor.
     """
 
     row: int
@@ -77,13 +73,12 @@ class Option:
     work_ms: np.ndarray = attrs.field(eq=False)
     chain_ms: float
     longest_ms: np.ndarray = attrs.field(eq=False)
-    wide: bool = False
 
 
 def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],
-                 n_processors: int, wide_on: Sequence[int] = ()) -> list[Option]:
-    """The Pareto-minimal options of ``rows`` under ``placements`` (work per processor, chain);
-    with ``wide_on``, also wide options of the one-processor placements on those processors."""
+                 n_processors: int) -> list[Option]:
+    """The Pareto-minimal options of ``rows`` under ``placements`` (work per processor,
+    chain)."""
     choices = profile.choices(rows)
     options: list[Option] = []
     for placement in placements:
@@ -103,32 +98,7 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
         for index in _pareto(keys):
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
                                   float(chain[index]), longest[index]))
-        if len(set(order.tolist())) == 1 and int(order[0]) in wide_on and n_processors > 1:
-            options += _wide_options(rows, chain, stages, order, n_processors)
     return options
-
-
-def _wide_options(rows: np.ndarray, chain: np.ndarray, stages: np.ndarray, order: np.ndarray,
-                  n_processors: int) -> list[Option]:
-    """The Pareto-minimal wide options of a one-processor placement.
-
-    Its own processor is busy for the whole (faster) chain; each lending processor for the
-    share the other threads take over, what the chain loses by running wide."""
-    long_enough = np.flatnonzero(chain >= WIDE_MIN_CHAIN_MS)
-    if long_enough.size == 0:
-        return []
-    fast = chain[long_enough] / WIDE_SPEEDUP
-    own = int(order[0])
-    out = []
-    for k in _pareto(fast[:, None]):
-        index = long_enough[k]
-        lent = (float(chain[index]) - float(fast[k])) / max(n_processors - 1, 1)
-        work = np.full(n_processors, lent)
-        work[own] = fast[k]
-        longest = work.copy()  # a wide chain runs in place: it holds its processors throughout
-        out.append(Option(int(rows[index]), tuple(int(p) for p in order), work, float(fast[k]),
-                          longest, wide=True))
-    return out
 
 
 def _pareto(points: np.ndarray) -> list[int]:
@@ -190,11 +160,10 @@ class LoadedPolicy(ProfilePolicy):
     """Variants and per-task processor sets planned for the tasks' joint load (module doc)."""
 
     name: str = attrs.field(default="sparseloom-loaded", init=False)
-    #: Consider running a long chain wide (the other processors lend their cores). Off by
-    #: default: served with the short tasks on the lent core, sentiment's wide chain measured
-    #: 10.5 ms p90 against 6.0 ms on one thread (ONNX Runtime's spinning pool thread and the
-    #: other processor's worker share that core; docs/results.md).
-    wide: bool = attrs.field(default=False, kw_only=True)
+    #: Let a long chain held on one processor borrow the other processors' cores while they
+    #: are idle (``Plan.wide``; module doc). Measured on ``bench serve default``: closed-loop
+    #: throughput 1.30× that without it, the grid's violation rate unchanged (docs/results.md).
+    lend_idle: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -211,8 +180,7 @@ class LoadedPolicy(ProfilePolicy):
             rows = accuracy_rows(profile, slos[name])
             if rows.size == 0:  # none meets it: the most accurate, never a faster one
                 rows = np.array([int(np.argmax(profile.accuracy()))])
-            per_task.append(task_options(profile, rows, placements, count,
-                                         _lending(table) if self.wide else ()))
+            per_task.append(task_options(profile, rows, placements, count))
         chosen, latency = choose(per_task, [slos[n].latency_ms for n in names])
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):
@@ -229,8 +197,17 @@ class LoadedPolicy(ProfilePolicy):
             choices[name] = TaskChoice(name, option.row, option.placement, loaded,
                                        not reason, reason)
         plan = build_plan(self.name, table, choices, order, slos, 0.0)
-        wide = tuple(n for n, o in zip(names, chosen, strict=True) if o.wide)
+        lending = _lending(table) if self.lend_idle and count > 1 else []
+        wide = tuple(n for n, o in zip(names, chosen, strict=True)
+                     if _borrows_when_idle(o, lending))
         return attrs.evolve(plan, wide=wide) if wide else plan
+
+
+def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:
+    """Whether ``option``'s chain may borrow idle cores at run time: it keeps to one processor
+    whose backend can run it wide, and is long enough to gain (:data:`WIDE_MIN_CHAIN_MS`)."""
+    return (len(set(option.placement)) == 1 and option.placement[0] in lending
+            and option.chain_ms >= WIDE_MIN_CHAIN_MS)
 
 
 def _lending(table: ProfileTable) -> list[int]:
