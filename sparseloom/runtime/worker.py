@@ -15,7 +15,9 @@ their order (same SLO: deadline order is submission order). Jobs queued with :me
 
 **Idle lending.** A subgraph of a ``Plan.wide`` task has a wide twin beside it (one more
 thread on each core of the other processors). The worker runs a stage on the twin only when
-every other processor that is up is idle — nothing running, nothing queued — so a long chain
+every other processor that is up is idle — nothing running, nothing queued, for at least
+:data:`LEND_AFTER_S` (a closed loop's next request follows the last within tens of
+microseconds; a gap that short is not idleness) — so a long chain
 borrows the cores the short tasks leave idle and never takes one a task is waiting for (a
 request arriving there meanwhile shares the core for at most that stage). A wide stage counts
 as on profile in the online calibration: it is faster by design, not because the processor is.
@@ -39,6 +41,9 @@ from sparseloom.core.types import Processor
 if TYPE_CHECKING:
     from sparseloom.runtime.faults import FaultInjector
     from sparseloom.runtime.request import Request
+
+#: How long a processor must have been idle before it lends its cores to a wide stage.
+LEND_AFTER_S = 0.001
 
 #: Key of a resident subgraph on a worker: (task, position, variant).
 ModelKey = tuple[str, int, int]
@@ -136,6 +141,7 @@ class ProcessorWorker:
         down: marked down after repeated failures (the policy re-plans without it).
         pending_ms: the expected work queued here, from profiled stage times (for dispatch).
         running: a request's stages, or a queued job, are running here now.
+        idle_since: ``time.perf_counter()`` when it last finished something.
         wide_stages: stages run wide, on cores the idle other processors lent.
     """
 
@@ -151,6 +157,7 @@ class ProcessorWorker:
     down: bool = False
     pending_ms: float = 0.0
     running: bool = False
+    idle_since: float = 0.0
     wide_stages: int = 0
     _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
     _ready: threading.Condition = attrs.field(factory=threading.Condition, init=False)
@@ -219,11 +226,13 @@ class ProcessorWorker:
                 else:
                     self._serve(item)
             finally:
+                self.idle_since = time.perf_counter()
                 self.running = False
 
-    def idle(self) -> bool:
-        """Nothing running and nothing queued here."""
-        return not self.running and not self._heap
+    def idle(self, for_s: float = 0.0) -> bool:
+        """Nothing running and nothing queued here (for at least ``for_s`` seconds)."""
+        return (not self.running and not self._heap
+                and time.perf_counter() - self.idle_since >= for_s)
 
     def _serve(self, request: Request) -> None:
         """Run ``request``'s stages while they are on this processor.
