@@ -162,7 +162,7 @@ class LoadedPolicy(ProfilePolicy):
     name: str = attrs.field(default="sparseloom-loaded", init=False)
     #: Let a long chain held on one processor borrow the other processors' cores while they
     #: are idle (``Plan.wide``; module doc). Measured on ``bench serve default``: closed-loop
-    #: throughput 1.30× that without it, the grid's violation rate unchanged (docs/results.md).
+    #: throughput 1.38× that without it, the grid's violation rate unchanged (docs/plan.md).
     lend_idle: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
