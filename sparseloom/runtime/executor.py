@@ -33,7 +33,7 @@ from sparseloom.runtime.monitor import WINDOW, LatencyMonitor
 from sparseloom.runtime.records import SwitchEvent
 from sparseloom.runtime.request import RELEASED, Request, Route
 from sparseloom.runtime.taskstate import TaskState, resolve_future
-from sparseloom.runtime.worker import LEND_AFTER_S, ProcessorWorker, StageHandler
+from sparseloom.runtime.worker import ProcessorWorker, StageHandler
 from sparseloom.workload.arguments import names_attribute, number_field
 
 #: Consecutive failed stages after which a processor is marked down.
@@ -255,12 +255,6 @@ class Runtime(StageHandler):
         if value is None:
             value = self._stage_ms[key] = 1e3 * self.profiled_seconds(key[:3], worker.name)
         return value
-
-    def lenders_idle(self, worker: ProcessorWorker) -> bool:
-        """Whether every other processor that is up has been idle for :data:`LEND_AFTER_S`
-        (it lends its cores)."""
-        return all(w.idle(LEND_AFTER_S) for w in self.workers.values()
-                   if w is not worker and not w.down)
 
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """Hand a request to its next stage's worker, or complete it (called by workers)."""

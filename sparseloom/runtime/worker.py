@@ -88,6 +88,7 @@ class ResidentModel:
 class StageHandler:
     """What a worker reports to (the runtime implements it).
 
+    ``workers`` (processor name → worker) are the processors a wide stage may borrow from.
     ``slos`` (task → SLO, read live) gives each request its deadline in the worker's queue;
     a task without an SLO there is served after every task with one. ``profile`` (a
     ``ProfileTable``, or ``None``) gives each model's profiled time, which the worker's measured
@@ -96,15 +97,18 @@ class StageHandler:
 
     slos: Mapping[str, Any] = {}
     profile: Any = None
+    workers: Mapping[str, ProcessorWorker] = {}
 
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
         raise NotImplementedError
 
     def lenders_idle(self, worker: ProcessorWorker) -> bool:
-        """Whether every processor that lends ``worker`` its cores is idle now (nothing
-        running, nothing queued): only then does a wide stage borrow them."""
-        return False
+        """Whether every other processor of :attr:`workers` that is up has been idle for
+        :data:`LEND_AFTER_S` (nothing running, nothing queued): only then does a wide stage
+        borrow their cores."""
+        return all(w.idle(LEND_AFTER_S) for w in self.workers.values()
+                   if w is not worker and not w.down)
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
         """The profile's time of one call of subgraph ``key`` on ``processor`` (0: unknown)."""
