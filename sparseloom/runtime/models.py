@@ -153,10 +153,10 @@ class ModelLoader:
                 key, processor, backend, loaded, runner, tuple(loaded.input_names),
                 int(getattr(loaded, "memory_bytes", 0)))
         if wide and widened is not None:  # (wide implies it; the check narrows the type)
-            twin, twin_runner, twin_event = self._load_one(
-                key, backend, widened(processor, tuple(lent_cores)), reason)
-            resident.wide, resident.wide_loaded, resident.wide_runner = True, twin, twin_runner
-            resident.wide_processor = widened(processor, tuple(lent_cores))
+            twin_processor = widened(processor, tuple(lent_cores))
+            twin, twin_runner, twin_event = self._load_one(key, backend, twin_processor, reason)
+            resident.wide_loaded, resident.wide_runner = twin, twin_runner
+            resident.wide_processor = twin_processor
             resident.memory_bytes += int(getattr(twin, "memory_bytes", 0))
             event = event or twin_event
         return event

@@ -63,8 +63,6 @@ class ResidentModel:
         memory_bytes: what the backend measured it holds.
         profiled_s: the profile's time of one call (negative until first looked up; 0 when
             the profile has none): what the worker's measured time is calibrated against.
-        wide: a wide twin is loaded beside it (``Plan.wide``): ``wide_runner`` calls the same
-            subgraph with one more thread on each core the other processors lend.
         wide_runner: the wide twin's call (``None`` when there is none); the worker makes it
             instead of ``runner`` only while every other processor is idle.
         wide_loaded: the wide twin's loaded model (unloaded with it).
@@ -79,10 +77,15 @@ class ResidentModel:
     input_names: tuple[str, ...]
     memory_bytes: int
     profiled_s: float = -1.0
-    wide: bool = False
     wide_runner: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     wide_loaded: Any = None
     wide_processor: Processor | None = None
+
+    @property
+    def wide(self) -> bool:
+        """A wide twin is loaded beside it (``Plan.wide``): ``wide_runner`` calls the same
+        subgraph with one more thread on each core the other processors lend."""
+        return self.wide_runner is not None
 
 
 class StageHandler:
