@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,6 +28,10 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
               help="Bisections per contender and k in the capacity scenario [default 1].")
 @click.option("--grid-rounds", type=click.IntRange(min=1), default=None,
               help="Interleaved rounds of the grid scenario [default 1].")
+@click.option("--k", "ks", multiple=True, type=click.FloatRange(min=0, min_open=True),
+              help="Latency SLO multiplier k of the capacity and grid scenarios (repeat): the "
+                   "latency SLO is k × the isolated dense latency [default 2, 5, 10; --quick "
+                   "5]. Baselines join the capacity search at k = 5 only.")
 @click.option("--processor", "-p", "processors", multiple=True,
               help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
                    "-p`; default the workload's, else the default set. The matched stock "
@@ -39,7 +44,7 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[str, ...],
                   rounds: int | None, capacity_rounds: int | None, grid_rounds: int | None,
-                  processors: tuple[str, ...], quick: bool,
+                  ks: tuple[float, ...], processors: tuple[str, ...], quick: bool,
                   out: Path | None, as_json: bool) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
@@ -64,13 +69,17 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     folder = ensure_output_dir(out) if out is not None else None
     select_contenders(contenders)  # refuse a bad name before anything is built
     options = QUICK if quick else BenchOptions()
-    changes = {"scenarios": scenarios} if scenarios else {}
+    changes: dict[str, Any] = {"scenarios": scenarios} if scenarios else {}
     if rounds is not None:
         changes["rounds"] = rounds
     if capacity_rounds is not None:
         changes["capacity_rounds"] = capacity_rounds
     if grid_rounds is not None:
         changes["grid_rounds"] = grid_rounds
+    if ks:
+        if len(set(ks)) != len(ks):
+            raise click.UsageError(f"--k repeats a value: {', '.join(f'{k:g}' for k in ks)}")
+        changes["ks"] = ks
     options = attrs.evolve(options, **changes)
     from sparseloom.core.processors import check_distinct
 

@@ -23,7 +23,7 @@ def devices_command(as_json: bool) -> None:
     """
     from sparseloom.core.processors import discover_processors
 
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": p.name,
             "backend": p.backend,

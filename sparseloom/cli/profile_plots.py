@@ -12,6 +12,7 @@ def write_plots(report: dict[str, Any], out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -49,7 +50,9 @@ def write_plots(report: dict[str, Any], out: Path) -> list[Path]:
             axis.plot(range(1, len(curve) + 1), curve, marker="o", markersize=3, label=name)
     axis.axhline(0.9078, color="grey", linestyle="--", linewidth=1, label="paper (90.78%)")
     axis.set_xlabel("K")
-    axis.xaxis.get_major_locator().set_params(integer=True)
+    locator = axis.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # a linear axis's AutoLocator is one
+        locator.set_params(integer=True)
     axis.set_ylabel("top-K recall on held-out stitched variants")
     axis.set_ylim(0, 1.05)
     axis.set_title(f"{report['workload']}: accuracy estimator "

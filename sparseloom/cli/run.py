@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparseloom.cli.output import echo_json
 from sparseloom.cli.parsing import comma_items, finite_options, parse_budget, parse_slos
+
+if TYPE_CHECKING:
+    from sparseloom.runtime.load import LoadKind
 
 
 def _arrival_order(value: str | None) -> tuple[str, ...]:
@@ -50,7 +53,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
               help="Write requests.csv (every request's record, streamed as it ends) and "
                    "summary.json here.")
 def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget: str,
-                processors: tuple[str, ...], queries: int | None, load_kind: str,
+                processors: tuple[str, ...], queries: int | None, load_kind: LoadKind,
                 rate: float | None, arrival_order: str | None, join_after: int | None,
                 duration: float | None, inject_faults: float, window: int, seed: int,
                 as_json: bool, out: Path | None) -> None:

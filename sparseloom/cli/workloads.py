@@ -29,7 +29,7 @@ def list_command(as_json: bool) -> None:
     from sparseloom.workload.build import META_FILE, builder_cache_key
     from sparseloom.workload.load import resolve_workload
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for registration in get_registry().workloads():
         try:
             definition = resolve_workload(registration.name)
@@ -38,7 +38,7 @@ def list_command(as_json: bool) -> None:
                          "distribution": registration.distribution, "source": None,
                          "processors": [], "tasks": [], "error": str(error)})
             continue
-        tasks = []
+        tasks: list[dict[str, Any]] = []
         for task in definition.tasks:
             built = None
             if task.builder is not None:

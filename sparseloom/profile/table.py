@@ -52,7 +52,9 @@ ChoicesLike = Sequence[int] | np.ndarray
 
 def _strings(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(str(value) for value in values)
-OrderLike = Sequence[str] | Sequence[int] | np.ndarray
+#: A processor order by names or indices, (S,) or (n, S).
+OrderLike = (Sequence[str] | Sequence[int] | Sequence[Sequence[str]] | Sequence[Sequence[int]]
+             | np.ndarray)
 
 
 @attrs.define(eq=False)

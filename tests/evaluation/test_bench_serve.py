@@ -150,3 +150,19 @@ def test_foreign_load_counts_other_processes_not_this_one() -> None:
     subprocess.run([sys.executable, "-c", burn], check=True, timeout=30)
     assert total > 0 and own < 0.5
     assert probe.cores() >= 0.6  # the child kept a core busy for the whole second
+
+
+def test_k_chooses_the_latency_multipliers(tiny: tuple[Any, Any],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from sparseloom.cli import main
+
+    # A stock runtime's grid run does not depend on the SLOs: one run, judged at every cell.
+    assert main(["bench", "serve", "tiny", "--quick", "--scenario", "grid", "--k", "3",
+                 "--k", "7.5", "--contender", "stock-ort", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    grid = report["scenarios"]["grid"]
+    assert set(grid["k"]) == {"3", "7.5"}
+    iso = grid["isolated_dense_ms"]["tiny"]
+    assert report["options"]["ks"] == [3.0, 7.5] and iso > 0
+    assert main(["bench", "serve", "tiny", "--k", "5", "--k", "5"]) == 2
+    assert "--k repeats a value: 5, 5" in capsys.readouterr().err

@@ -14,6 +14,7 @@ Two numbers, measured in one run on one model:
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import threading
@@ -116,8 +117,9 @@ def _overhead(backend: Any, loaded: Any, inputs: dict[str, Any], requests: int
             latency[name].append(time.perf_counter() - start)
 
     def back_to_back() -> None:
+        assert bare is not None  # only scheduled when there is a bare call
         for _ in range(requests):
-            bare()  # type: ignore[misc]  # only scheduled when there is a bare call
+            bare()
 
     def in_flight() -> None:
         for future in [backend.infer_async(loaded, inputs) for _ in range(requests)]:
@@ -161,9 +163,9 @@ def benchmark_backends(specs: Sequence[str], requests: int = 200, channels: int 
     overhead = []
     try:
         for backend, loaded in loaded_models:
-            overhead.append(_on_pinned_thread(loaded.processor.cores,
-                                              lambda b=backend, m=loaded: _overhead(
-                                                  b, m, inputs, requests)))
+            overhead.append(_on_pinned_thread(
+                loaded.processor.cores,
+                functools.partial(_overhead, backend, loaded, inputs, requests)))
 
         def run(selected: Sequence[tuple[Any, Any]]) -> float:
             start = time.perf_counter()

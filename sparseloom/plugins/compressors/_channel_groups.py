@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -76,13 +76,21 @@ class Group:
     sinks: list[Sink] = field(default_factory=list)
 
 
-def attr(node: onnx.NodeProto, name: str, default: object) -> object:
+def attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    """Attribute ``name`` of ``node`` (an int, float, string, tensor or list, by its ONNX type),
+    or ``default`` when the node does not set it."""
     import onnx
 
     for attribute in node.attribute:
         if attribute.name == name:
             return onnx.helper.get_attribute_value(attribute)
     return default
+
+
+def _known(dims: tuple[int | None, ...]) -> tuple[int, ...] | None:
+    """``dims`` if every dimension is known, else ``None``."""
+    known = tuple(d for d in dims if d is not None)
+    return known if len(known) == len(dims) else None
 
 
 def constants_to_initializers(model: onnx.ModelProto) -> None:
@@ -229,7 +237,7 @@ class ChannelGraph:
             if op == "Cast" and attr(node, "to", 1) not in _FLOAT_TYPES:
                 raise Blocked(f"Cast node {node.name!r} leaves floating point")
             for name in node.input[1:]:
-                if name and (self.const(name) is None or self.const(name).size != 1):
+                if name and ((value := self.const(name)) is None or value.size != 1):
                     raise Blocked(f"{op} node {node.name!r} has a non-scalar operand {name!r}")
             return {node.output[0]: state}
         if op in _BROADCAST:
@@ -271,10 +279,10 @@ class ChannelGraph:
         if op == "Flatten" and channel_axis is not None:
             shape = self.dims[node.input[position]]
             flatten_axis = int(attr(node, "axis", 1)) % rank
-            inner = shape[channel_axis + 1 :]
-            between = shape[flatten_axis:channel_axis]
-            if (flatten_axis <= channel_axis and None not in inner
-                    and None not in between and int(np.prod(between)) == 1):
+            inner = _known(shape[channel_axis + 1 :])
+            between = _known(shape[flatten_axis:channel_axis])
+            if (flatten_axis <= channel_axis and inner is not None
+                    and between is not None and int(np.prod(between)) == 1):
                 return {node.output[0]: (-1, block * int(np.prod(inner)))}
         raise Blocked(f"its channels reach {op} node {node.name!r}, which must keep them")
 

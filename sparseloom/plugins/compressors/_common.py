@@ -6,7 +6,7 @@ that need them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,9 +51,9 @@ def check_no_level(compressor: str, level: float) -> None:
         )
 
 
-def _value_signature(values: object) -> Signature:
+def _value_signature(values: Iterable[onnx.ValueInfoProto]) -> Signature:
     entries = []
-    for value in values:  # type: ignore[attr-defined]
+    for value in values:
         tensor_type = value.type.tensor_type
         dims: tuple[int | str | None, ...] = tuple(
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None)

@@ -143,7 +143,7 @@ class Int8Quantizer:
         batches = _check_calibration(self.kind, subgraph, calibration)
         batches = batches[: self.max_calibration_batches]
 
-        class _Reader(CalibrationDataReader):  # type: ignore[misc]
+        class _Reader(CalibrationDataReader):
             def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
                 self._feeds = iter(feeds)
 

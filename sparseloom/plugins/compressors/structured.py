@@ -201,8 +201,8 @@ def _activation_stats(
             total[1] += (rows**2).sum(0)
             total[2] += rows.shape[0]
     stats: Stats = {}
-    for name, (total, squares, count) in sums.items():
-        mean = total / count
+    for name, (linear, squares, count) in sums.items():
+        mean = linear / count
         stats[name] = (mean, np.sqrt(np.maximum(squares / count - mean**2, 0.0)))
     return stats
 

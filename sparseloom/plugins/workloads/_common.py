@@ -224,8 +224,10 @@ def save_task_files(
     calibration_inputs: Mapping[str, np.ndarray],
 ) -> None:
     """Write ``eval.npz`` (inputs + ``labels``) and ``calibration.npz`` into ``out_dir``."""
-    np.savez(out_dir / "eval.npz", labels=labels, **eval_inputs)
-    np.savez(out_dir / "calibration.npz", **calibration_inputs)
+    # numpy stubs: a ``**`` mapping of arrays may also fill ``allow_pickle: bool`` (as in
+    # sparseloom/profile/store.py).
+    np.savez(out_dir / "eval.npz", labels=labels, **eval_inputs)  # type: ignore[arg-type]
+    np.savez(out_dir / "calibration.npz", **calibration_inputs)  # type: ignore[arg-type]
 
 
 def export_task(

@@ -67,10 +67,10 @@ def _split(samples: np.ndarray, count: int) -> list[np.ndarray] | None:
         return None
     edges = np.flatnonzero(np.diff(loud.astype(np.int8)))
     # Loud runs as [start, stop) pairs.
-    starts = [0] if loud[0] else []
-    stops = []
+    starts: list[int] = [0] if loud[0] else []
+    stops: list[int] = []
     for edge in edges:
-        (stops if loud[edge] else starts).append(edge + 1)
+        (stops if loud[edge] else starts).append(int(edge) + 1)
     if loud[-1]:
         stops.append(len(samples))
     pieces: list[list[int]] = []

@@ -44,6 +44,8 @@ class LogMelFrontend(nn.Module):
     kernels, so the whole front end exports as plain Conv / Mul / MatMul / Log ONNX ops.
     """
 
+    mel: torch.Tensor  # a buffer (register_buffer), so mypy cannot see its type
+
     def __init__(self, sample_rate: int) -> None:
         super().__init__()
         n_fft = int(2 ** np.round(np.log2(WINDOW_S * sample_rate)))
