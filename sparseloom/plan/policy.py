@@ -73,6 +73,8 @@ class ProfilePolicy:
         lambda self: Calibration(half_life_s=self.recovery_half_life_s), takes_self=True))
     _planned: Calibration = attrs.field(factory=Calibration, init=False)
     _since_s: float = attrs.field(factory=time.monotonic, init=False)
+    #: When a re-plan was last made and not taken: the next waits :data:`DWELL_S` from then.
+    _looked_s: float = attrs.field(default=-math.inf, init=False)
 
     def plan(self, tasks: Sequence[str], profile: ProfileTable, processors: Sequence[Any],
              slos: Mapping[str, SLO]) -> Plan:
@@ -96,7 +98,8 @@ class ProfilePolicy:
         A violation, or a processor whose factor moved by more than
         :data:`~sparseloom.plan.calibration.RECALIBRATE` since the plan was made (it slowed
         down, or recovered), re-plans — only after the running plan has served
-        :data:`DWELL_S`; the new plan is taken only when it predicts a
+        :data:`DWELL_S`, and at most once per :data:`DWELL_S` while re-plans are not taken;
+        the new plan is taken only when it predicts a
         violating task at least :data:`MIN_GAIN` faster than observed, or the tasks' mean
         latency :data:`MIN_GAIN_UNFORCED` lower than the running plan's re-predicted with what
         was learned since. One slow window does not move the plan, and two plans never
@@ -117,7 +120,7 @@ class ProfilePolicy:
         violating = [t for t, bad in observations.violated.items()
                      if bad and t in self._table.tasks]
         moved = self._calibration.moved_since(self._planned, self._processors, now)
-        if not (violating or moved) or now - self._since_s < DWELL_S:
+        if not (violating or moved) or now - max(self._since_s, self._looked_s) < DWELL_S:
             return None
         running = (self._current, self._previous, self._planned)
         expected = self._calibration.repredict(self._table, running[0], running[2], now)
@@ -128,8 +131,11 @@ class ProfilePolicy:
         better = _mean(fresh.estimated_latency_ms, expected) <= (
             1 - MIN_GAIN_UNFORCED) * _mean(expected, expected)
         if not (gains or better) or _same_paths(fresh, running[0]):
-            # Keep predicting what really runs, with the factors it was planned under.
+            # Keep predicting what really runs, with the factors it was planned under; and do
+            # not plan again for a dwell (planning runs on the serving process: on an open
+            # load a violation may recur every window, and each plan holds the GIL).
             self._current, self._previous, self._planned = running
+            self._looked_s = now
             return None
         return self._switch_to(fresh)
 

@@ -31,19 +31,6 @@ def test_unknown_contender_is_one_line(tmp_path: Path,
     assert "unknown contender" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_evaluate_quick_writes_json_and_figures(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", "tiny", "--quick", "--contender", "sparseloom", "--contender",
-                 "vanilla-ov", "--queries", "10", "--slo-config", "0", "--budget", "1.0",
-                 "--out", str(tmp_path), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out)
-    assert {"contenders", "budget", "orders", "stitching", "validation", "files"} <= set(
-        document)
-    assert [r["contender"] for r in document["contenders"]] == ["sparseloom", "vanilla-ov"]
-    assert (tmp_path / "fig10_violation.png").exists()
-
-
 def test_sweep_prints_a_row_per_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--workload", "", "--policy", "av-p", "--queries", "5",
                  "--out", str(tmp_path), "--json"]) == 0

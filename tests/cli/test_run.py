@@ -86,8 +86,11 @@ def test_ctrl_c_drains_and_prints_the_summary(tmp_path: Path) -> None:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Setting tiny up from the cache (workload, profile, preload) takes 2-5 s here; the
-        # run then serves for up to 120 s, so at 15 s it is serving.
-        time.sleep(15)
+        # run streams every ended request to requests.csv: once rows arrive, it is serving.
+        records, deadline = tmp_path / "requests.csv", time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline and not (
+                records.is_file() and len(records.read_text().splitlines()) > 50):
+            time.sleep(0.1)
         assert process.poll() is None, process.communicate()[1][-2000:]
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=300)

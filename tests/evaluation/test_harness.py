@@ -64,17 +64,20 @@ def test_device_file_scales_the_reference_processor(tiny: tuple[Any, Any]) -> No
 
 
 @pytest.mark.slow
-def test_quick_evaluation_end_to_end_and_resumes(tiny: tuple[Any, Any], tmp_path: Path) -> None:
+def test_quick_evaluation_end_to_end_and_resumes(tiny: tuple[Any, Any], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``sparseloom evaluate --quick`` (the CLI, in process): every table, figure and JSON key;
+    then the same configuration through the Python API resumes and runs nothing."""
+    from sparseloom.cli import main
     from sparseloom.evaluation.report import evaluate_workload
 
-    workload, profile = tiny
-    config = attrs.evolve(QUICK, contenders=("sparseloom", "sv-lo-np", "vanilla-ort"),
-                          queries=10, budgets=(1.0,))
-    calls: list[str] = []
-    tables = evaluate_workload(workload, profile, tmp_path, config,
-                               progress=lambda done, total, label: calls.append(label))
+    names = ("sparseloom", "sv-lo-np", "vanilla-ort")
+    assert main(["evaluate", "tiny", "--quick", *[a for n in names for a in ("--contender", n)],
+                 "--queries", "10", "--budget", "1.0", "--out", str(tmp_path), "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)
+    assert {"contenders", "budget", "orders", "stitching", "validation", "files"} <= set(tables)
     rows = {r["contender"]: r for r in tables["contenders"]}
-    assert set(rows) == {"sparseloom", "sv-lo-np", "vanilla-ort"}
+    assert [r["contender"] for r in tables["contenders"]] == list(names)
     for name in ("sparseloom", "sv-lo-np"):
         assert rows[name]["cells_measured"] == 3 and rows[name]["cells_simulated"] == 22
         assert rows[name]["throughput_rps"] > 0
@@ -90,8 +93,11 @@ def test_quick_evaluation_end_to_end_and_resumes(tiny: tuple[Any, Any], tmp_path
     cells = json.loads((tmp_path / "cells.json").read_text())["cells"]
     assert {c["source"] for c in cells} == {"measured", "simulated"}
     assert len(tables["stitching"]) == 25 and tables["orders"]
-    # A rerun finds every run cached and runs nothing.
-    calls.clear()
+    # The same configuration through the API finds every run cached and runs nothing.
+    workload, profile = tiny
+    config = attrs.evolve(QUICK, contenders=names, queries=10, budgets=(1.0,))
+    calls: list[str] = []
     again = evaluate_workload(workload, profile, tmp_path, config, figures=False,
                               progress=lambda done, total, label: calls.append(label))
-    assert calls == [] and again["contenders"] == tables["contenders"]
+    assert calls == []
+    assert json.loads(json.dumps(again["contenders"])) == tables["contenders"]

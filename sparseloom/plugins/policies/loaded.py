@@ -23,8 +23,10 @@ Runtime's intra-op pool) may borrow the other processors' cores **while they are
 one and runs a stage on the twin only when every other processor has nothing running or
 queued. On the paper's closed loop the longest chain bounds the run and the short tasks leave
 their processor idle most of the time (and wholly once they are done); a stage borrows that
-core instead of leaving it idle, and never takes it from a task that needs it. The estimates
-stay those of one thread (what the chain takes when the others are busy).
+core instead of leaving it idle, and never takes it from a task that needs it. A request that
+arrives meanwhile shares its core with the borrowed stage until it ends, so a chain is marked
+wide only when no task elsewhere would miss its latency SLO for that. The estimates stay those
+of one thread (what the chain takes when the others are busy).
 
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
@@ -128,30 +130,39 @@ def loaded_latency(options: Sequence[Option]) -> np.ndarray:
 def choose(options: Sequence[Sequence[Option]], slo_ms: Sequence[float]
            ) -> tuple[list[Option], np.ndarray]:
     """One option per task by beam search (see the module doc); returns them and their loaded
-    latencies."""
-    n_processors = len(options[0][0].work_ms)
+    latencies.
+
+    Partial assignments are scored all at once as arrays (a plan is remade on the serving
+    process while requests run, so it must be quick: 4 tasks plan in a few milliseconds).
+    """
     ranked = sorted(range(len(options)), key=lambda t: -min(o.chain_ms for o in options[t]))
-    beam: list[tuple[Option, ...]] = [()]
-    for depth, t in enumerate(ranked):
-        grown = [(*partial, option) for partial in beam for option in options[t]]
-
-        def score(partial: tuple[Option, ...], depth: int = depth) -> tuple[float, ...]:
-            tasks = [ranked[k] for k in range(depth + 1)]
-            latency = loaded_latency(partial)
-            missed = sum(1 for k, lat in zip(tasks, latency, strict=True) if lat > slo_ms[k])
-            work = np.sum([o.work_ms for o in partial], axis=0) if partial else \
-                np.zeros(n_processors)
-            # With one request in flight per task, a task's requests follow one another at
-            # its loaded latency: the round ends with the slowest task or the busiest processor.
-            makespan = max(float(work.max()), float(latency.max()))
-            return (missed, makespan, float(latency.sum()), float(work.sum()))
-
-        grown.sort(key=score)
-        beam = grown[:BEAM]
-    best = beam[0]
-    chosen: list[Option] = [best[0]] * len(options)
-    for k, t in enumerate(ranked):
-        chosen[t] = best[k]
+    longest = [np.stack([o.longest_ms for o in options[t]]) for t in ranked]  # (k, P) each
+    used = [np.stack([np.isin(np.arange(o.work_ms.size), o.placement) for o in options[t]])
+            for t in ranked]
+    work = [np.stack([o.work_ms for o in options[t]]) for t in ranked]
+    chain = [np.array([o.chain_ms for o in options[t]]) for t in ranked]
+    slo = np.array([slo_ms[t] for t in ranked])
+    beam = np.zeros((1, 0), dtype=np.int64)  # option index per ranked task, one row per partial
+    for depth in range(len(ranked)):
+        count = len(options[ranked[depth]])
+        grown = np.concatenate([np.repeat(beam, count, axis=0),
+                                np.tile(np.arange(count), len(beam))[:, None]], axis=1)
+        pick = [grown[:, d] for d in range(depth + 1)]
+        held = np.stack([longest[d][pick[d]] for d in range(depth + 1)], axis=1)  # (N, d, P)
+        latency = (np.stack([chain[d][pick[d]] for d in range(depth + 1)], axis=1)
+                   + ((held.sum(axis=1)[:, None, :] - held)
+                      * np.stack([used[d][pick[d]] for d in range(depth + 1)], axis=1)
+                      ).sum(axis=2))
+        missed = (latency > slo[:depth + 1]).sum(axis=1)
+        total = np.stack([work[d][pick[d]] for d in range(depth + 1)], axis=1).sum(axis=1)
+        # With one request in flight per task, a task's requests follow one another at its
+        # loaded latency: the round ends with the slowest task or the busiest processor.
+        makespan = np.maximum(total.max(axis=1), latency.max(axis=1))
+        order = np.lexsort((total.sum(axis=1), latency.sum(axis=1), makespan, missed))
+        beam = grown[order[:BEAM]]
+    chosen: list[Option] = [options[0][0]] * len(options)
+    for d, t in enumerate(ranked):
+        chosen[t] = options[t][int(beam[0, d])]
     return chosen, loaded_latency(chosen)
 
 
@@ -198,8 +209,11 @@ class LoadedPolicy(ProfilePolicy):
                                        not reason, reason)
         plan = build_plan(self.name, table, choices, order, slos, 0.0)
         lending = _lending(table) if self.lend_idle and count > 1 else []
-        wide = tuple(n for n, o in zip(names, chosen, strict=True)
-                     if _borrows_when_idle(o, lending))
+        slo_ms = np.array([slos[n].latency_ms for n in names])
+        wide = tuple(n for t, (n, o) in enumerate(zip(names, chosen, strict=True))
+                     if _borrows_when_idle(o, lending)
+                     and _lending_is_harmless(t, chosen, latency, slo_ms,
+                                              _longest_stage_ms(table.task(n), o)))
         return attrs.evolve(plan, wide=wide) if wide else plan
 
 
@@ -208,6 +222,29 @@ def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:
     whose backend can run it wide, and is long enough to gain (:data:`WIDE_MIN_CHAIN_MS`)."""
     return (len(set(option.placement)) == 1 and option.placement[0] in lending
             and option.chain_ms >= WIDE_MIN_CHAIN_MS)
+
+
+def _longest_stage_ms(profile: TaskProfile, option: Option) -> float:
+    """The longest single stage of ``option``'s chain on one thread: the most a wide stage can
+    hold the cores it borrows (its twin runs it faster)."""
+    variants = profile.choices(np.array([option.row]))[0]
+    return max(float(profile.latency_ms[j, v, p])
+               for j, (v, p) in enumerate(zip(variants, option.placement, strict=True)))
+
+
+def _lending_is_harmless(t: int, chosen: Sequence[Option], loaded_ms: np.ndarray,
+                         slo_ms: np.ndarray, borrow_ms: float) -> bool:
+    """Whether task ``t`` may borrow idle cores without costing another task its latency SLO.
+
+    A request of another task that arrives while a borrowed stage runs shares its core with
+    the stage's pool thread until the stage ends. Every task that uses a processor other than
+    ``t``'s keeps its loaded latency plus ``borrow_ms`` within its SLO, or ``t`` runs on one
+    thread. On the paper's closed loop (latency unconstrained) this always holds.
+    """
+    home = set(chosen[t].placement)
+    return all(loaded_ms[u] + borrow_ms <= slo_ms[u]
+               for u, option in enumerate(chosen)
+               if u != t and not set(option.placement) <= home)
 
 
 def _lending(table: ProfileTable) -> list[int]:

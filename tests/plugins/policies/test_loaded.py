@@ -89,6 +89,23 @@ def test_a_long_chain_on_a_lending_processor_borrows_idle_cores() -> None:
     assert narrow.variants == plan.variants and narrow.assignment == plan.assignment
 
 
+@pytest.mark.parametrize(("short_slo_ms", "lends"), [(100.0, True), (6.0, True), (5.9, False)])
+def test_lending_never_costs_another_task_its_latency_slo(short_slo_ms: float,
+                                                          lends: bool) -> None:
+    # The same two tasks. A borrowed stage holds ov:CPU's core for at most one 5 ms stage of
+    # the long chain; the short task there has a loaded latency of 0.5 + 0.5 = 1 ms by hand.
+    # Lending is allowed while 1 + 5 ms stays within the short task's SLO, and only then.
+    long = _one_variant("long", 5.0)
+    long.latency_ms[:, :, 0] = 8.0
+    table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
+        "long": long, "short": _one_variant("short", 0.5)})
+    slos = {"long": SLO(0.5, 100.0), "short": SLO(0.5, short_slo_ms)}
+    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    assert plan.processors_of("short") == ("ov:CPU", "ov:CPU")
+    assert plan.estimated_latency_ms["short"] == pytest.approx(1.0)
+    assert plan.wide == (("long",) if lends else ())
+
+
 def test_a_long_chain_on_a_processor_that_cannot_lend_stays_narrow() -> None:
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {"long": _one_variant("long", 5.0)})
     plan = LoadedPolicy().plan(["long"], table, ["ov:CPU"], {"long": SLO(0.5, 100.0)})
