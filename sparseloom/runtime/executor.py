@@ -1,13 +1,12 @@
 """The runtime: workers per processor, pipelined requests, retries, switches and the invariant.
 
-A request of task ``t`` walks its route: stage ``j`` runs on the worker of
-``route.processors[j]`` (or the processor a policy's ``dispatch`` picks), and when it finishes
-its boundary tensors go to the next stage's worker queue, so requests of different tasks and
-positions overlap on different processors. Every request ends exactly once, completed or failed
-with its reason (:meth:`Runtime._finish` is the only place that ends one), so at the end
-``submitted == completed + failed``; a request's future is resolved there. Memory is bounded:
-counters and rings per task (:mod:`sparseloom.runtime.stats`), the newest ``keep_requests``
-ended requests, ``record_sink`` streams the rest; a task refuses more than ``max_queued``.
+A request of task ``t`` walks its route: stage ``j`` runs on the worker of ``route.processors[j]``
+(or the processor a policy's ``dispatch`` picks); its boundary tensors then go to the next
+stage's worker queue, so requests of different tasks and positions overlap on processors. Every
+request ends once, completed or failed with its reason (only :meth:`Runtime._finish` ends one):
+``submitted == completed + failed``, and its future is resolved there. Memory is bounded: rings
+and counters per task (:mod:`sparseloom.runtime.stats`), the newest ``keep_requests`` ended
+requests, ``record_sink`` streams the rest; a task refuses more than ``max_queued``.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
 from sparseloom.runtime.control import ControlThread
 from sparseloom.runtime.faults import FaultInjector
+from sparseloom.runtime.heap import SERVING_HEAP
 from sparseloom.runtime.models import ModelLoader, RuntimeTask, check_request_inputs
 from sparseloom.runtime.monitor import WINDOW, LatencyMonitor
 from sparseloom.runtime.records import SwitchEvent
@@ -131,13 +131,14 @@ class Runtime(StageHandler):
     def start_workers(self) -> None:
         """Start every worker thread and the control thread.
 
-        While the runtime serves, Python's GIL switch interval is :data:`SWITCH_INTERVAL_S`:
-        a worker returning from a model call while the control thread runs Python (feedback,
-        re-planning) then waits at most that long for the GIL, not CPython's default 5 ms.
+        While the runtime serves, the GIL switch interval is :data:`SWITCH_INTERVAL_S` (a
+        worker back from a model call while the control thread runs Python waits at most that
+        long, not CPython's 5 ms) and the heap is frozen (:mod:`sparseloom.runtime.heap`).
         """
         if self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval))
+            SERVING_HEAP.enter()
         for worker in self.workers.values():
             worker.start()
         self.control.start()
@@ -151,6 +152,7 @@ class Runtime(StageHandler):
         if self._switch_interval is not None:
             sys.setswitchinterval(self._switch_interval)
             self._switch_interval = None
+            SERVING_HEAP.leave()
 
     @property
     def finished(self) -> list[Request]:
