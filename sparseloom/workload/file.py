@@ -302,7 +302,12 @@ def _parse_variants(variants: list[Any], where: str) -> tuple[str, ...]:
                 f"{where}: variants must be an array of variant names such as "
                 f"[\"dense\", \"unstructured-0.5\", \"int8\"], got {variant!r}"
             )
-    return tuple(v.strip() for v in variants)
+    names = tuple(v.strip() for v in variants)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"{where}: variants names {', '.join(map(repr, repeated))} more than "
+                          "once; list each variant once (a zoo holds one copy of each)")
+    return names
 
 
 def _parse_compressors(tables: Mapping[str, Any], where: str) -> dict[str, dict[str, Any]]:

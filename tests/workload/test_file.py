@@ -125,6 +125,8 @@ BAD_TOML = [
     ('[[task]]\nname = "t"\nbuilder = "tiny"\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
      "appears twice"),
     ('processors = ["CPU"]\n[[task]]\nname = "t"\nbuilder = "tiny"\n', "processor 'CPU'"),
+    ('variants = ["dense", "int8", " int8"]\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
+     "variants names 'int8' more than once; list each variant once"),
     ('[[task]\nname = "t"\n', "not valid TOML"),
     ('task = "t"\n', "'task' must be an array"),
     ('[profile]\nestimator = "xgboost"\n[[task]]\nname = "t"\nbuilder = "tiny"\n',
