@@ -75,6 +75,8 @@ class ProfilePolicy:
     _since_s: float = attrs.field(factory=time.monotonic, init=False)
     #: When a re-plan was last made and not taken: the next waits :data:`DWELL_S` from then.
     _looked_s: float = attrs.field(default=-math.inf, init=False)
+    #: Whether the running plan has had feedback yet: its dwell starts with the first.
+    _serving: bool = attrs.field(default=False, init=False)
 
     def plan(self, tasks: Sequence[str], profile: ProfileTable, processors: Sequence[Any],
              slos: Mapping[str, SLO]) -> Plan:
@@ -85,7 +87,7 @@ class ProfilePolicy:
         self._table = select_tasks(profile, tasks)
         self._slos = check_slos(self._table, slos)
         self._processors = processor_names(processors, profile)
-        self._since_s = time.monotonic()  # a plan made here serves its dwell time too
+        self._since_s, self._serving = time.monotonic(), False  # it serves its dwell too
         return self._replan()
 
     def on_feedback(self, observations: Feedback) -> Plan | None:
@@ -98,7 +100,8 @@ class ProfilePolicy:
         A violation, or a processor whose factor moved by more than
         :data:`~sparseloom.plan.calibration.RECALIBRATE` since the plan was made (it slowed
         down, or recovered), re-plans — only after the running plan has served
-        :data:`DWELL_S`, and at most once per :data:`DWELL_S` while re-plans are not taken;
+        :data:`DWELL_S` (counted from its first feedback: loading its models is not serving),
+        and at most once per :data:`DWELL_S` while re-plans are not taken;
         the new plan is taken only when it predicts a
         violating task at least :data:`MIN_GAIN` faster than observed, or the tasks' mean
         latency :data:`MIN_GAIN_UNFORCED` lower than the running plan's re-predicted with what
@@ -113,6 +116,8 @@ class ProfilePolicy:
             self._processors = [p for p in self._processors if p not in down]
             return self._switch_to(self._replan())
         now = time.monotonic()
+        if not self._serving:  # loading the plan's models took no part of its dwell
+            self._since_s, self._serving = now, True
         self._calibration.observe_processors(observations.processor_slowdown, now)
         for task, observed in observations.latency_ms.items():
             self._calibration.observe_task(self._table, self._current, task, observed,
@@ -140,7 +145,7 @@ class ProfilePolicy:
         return self._switch_to(fresh)
 
     def _switch_to(self, fresh: Plan) -> Plan | None:
-        self._since_s = time.monotonic()
+        self._since_s, self._serving = time.monotonic(), False
         return None if _same_paths(fresh, self._previous) else fresh
 
     def _replan(self) -> Plan:

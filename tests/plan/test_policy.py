@@ -90,6 +90,7 @@ def test_a_rejected_re_plan_waits_a_dwell_before_the_next(
     policy, table = Counted(), feedback_table()
     first = policy.plan(["x", "y"], table, table.processors, LOOSE)
     decided.clear()
+    assert policy.on_feedback(Feedback(first)) is None  # serving: its dwell starts
     time.sleep(policy_module.DWELL_S)
     # y violates at 2.1 ms where the re-plan predicts 6.3 (test above): looked at, not taken.
     no_gain = Feedback(first, latency_ms={"x": 30.0, "y": 2.1}, violated={"y": True})
@@ -102,6 +103,21 @@ def test_a_rejected_re_plan_waits_a_dwell_before_the_next(
     moved = policy.on_feedback(Feedback(first, latency_ms={"x": 30.0, "y": 2.0},
                                         violated={"x": True}))
     assert len(decided) == 2 and moved is not None and moved.order == ("p1", "p0")
+
+
+def test_the_dwell_starts_when_the_plan_serves_not_when_it_is_made(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server plans, then loads the plan's models (seconds on a real workload) before the
+    # first request: the first windows, warm-up included, must not move the plan at once.
+    monkeypatch.setattr(policy_module, "DWELL_S", 0.3)
+    policy, first = planned()
+    time.sleep(policy_module.DWELL_S)  # loading, after the plan was made
+    slow_x = Feedback(first, latency_ms={"x": 30.0, "y": 2.0}, violated={"x": True})
+    assert policy.on_feedback(slow_x) is None  # the first feedback: the dwell starts here
+    assert policy.on_feedback(slow_x) is None
+    time.sleep(policy_module.DWELL_S)
+    moved = policy.on_feedback(slow_x)
+    assert moved is not None and moved.order == ("p1", "p0")
 
 
 def test_a_violation_whose_re_plan_changes_nothing_returns_none(
