@@ -61,6 +61,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
 
     from sparseloom.cli.output import echo_json, ensure_output_dir
     from sparseloom.cli.run import load_profiled
+    from sparseloom.core.types import repeated
     from sparseloom.evaluation.bench_serve import bench_serve
     from sparseloom.evaluation.contenders import select_contenders
     from sparseloom.evaluation.serve_figures import QUICK, BenchOptions
@@ -77,7 +78,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     if grid_rounds is not None:
         changes["grid_rounds"] = grid_rounds
     if ks:
-        if len(set(ks)) != len(ks):
+        if repeated(ks):
             raise click.UsageError(f"--k repeats a value: {', '.join(f'{k:g}' for k in ks)}")
         changes["ks"] = ks
     options = attrs.evolve(options, **changes)

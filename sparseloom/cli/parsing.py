@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sparseloom.core.errors import ConfigError
+from sparseloom.core.types import repeated
 
 
 def comma_items(text: str, option: str, example: str, *, unique: bool = False) -> list[str]:
@@ -28,7 +29,7 @@ def comma_items(text: str, option: str, example: str, *, unique: bool = False) -
         raise ConfigError(f"{option} {text!r} has an empty item; give comma-separated items "
                           f"with nothing empty between the commas, e.g. {example}")
     if unique:
-        twice = sorted({item for item in items if items.count(item) > 1})
+        twice = repeated(items)
         if twice:
             raise ConfigError(f"{option} {text!r} names {', '.join(twice)} more than once; "
                               f"give each item once, e.g. {example}")

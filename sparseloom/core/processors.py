@@ -37,7 +37,7 @@ from urllib.parse import parse_qsl
 import attrs
 
 from sparseloom.core.errors import BackendError, ConfigError, UnknownNameError
-from sparseloom.core.types import Processor, as_dict
+from sparseloom.core.types import Processor, as_dict, repeated
 
 if TYPE_CHECKING:
     pass
@@ -181,7 +181,7 @@ def check_distinct(specs: Sequence[str | Mapping[str, Any] | Processor], where: 
     """
     names = [spec.name if isinstance(spec, Processor) else parse_processor_spec(spec).name
              for spec in specs]
-    twice = sorted({name for name in names if names.count(name) > 1})
+    twice = repeated(names)
     if twice:
         raise ConfigError(f"{where}: processor {', '.join(twice)} is given more than once; "
                           "name each processor once (set its threads and cores in one spec)")

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numbers
 import operator
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
 from sparseloom.core.errors import ArgumentError, ConfigError
+
+_Named = TypeVar("_Named", str, float)
 
 PluginKind = Literal["backend", "compressor", "estimator", "policy", "workload"]
 PLUGIN_KINDS: tuple[str, ...] = ("backend", "compressor", "estimator", "policy", "workload")
@@ -53,6 +56,12 @@ def as_dict(value: Mapping[Any, Any]) -> dict[Any, Any]:
     """An attrs converter: a mapping as a plain ``dict`` (``converter=dict`` would do the same,
     but its overloads make type checkers reject every mapping passed to the record)."""
     return dict(value)
+
+
+def repeated(items: Iterable[_Named]) -> list[_Named]:
+    """The items ``items`` holds more than once, each once, sorted (empty: none repeats): the
+    check every list of names a user gives shares."""
+    return sorted(item for item, count in Counter(items).items() if count > 1)
 
 
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import ConfigError
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, repeated
 from sparseloom.evaluation.stock import STOCK_RUNTIMES, serve_stock
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.summary import RunSummary
@@ -66,9 +66,9 @@ def select_contenders(names: Sequence[str]) -> list[Contender]:
     known = {c.name: c for c in all_contenders()}
     if not names:
         return list(known.values())
-    repeated = sorted({n for n in names if list(names).count(n) > 1})
-    if repeated:
-        raise ConfigError(f"--contender names {', '.join(repeated)} more than once; name each "
+    twice = repeated(names)
+    if twice:
+        raise ConfigError(f"--contender names {', '.join(twice)} more than once; name each "
                           f"contender once")
     unknown = [n for n in names if n not in known]
     if unknown:

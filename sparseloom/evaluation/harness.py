@@ -30,7 +30,7 @@ import attrs
 from sparseloom.core.cache import cache_notice
 from sparseloom.core.errors import EvaluationError, SparseloomError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, as_tuple
+from sparseloom.core.types import SLO, as_tuple, repeated
 from sparseloom.evaluation.simulator import SimConfig, simulate
 from sparseloom.evaluation.vanilla import VANILLA_RUNNERS, run_vanilla, violations
 from sparseloom.workload.arguments import names_attribute, number_field
@@ -90,7 +90,7 @@ def contenders(config: EvalConfig) -> list[str]:
         if unknown:
             raise EvaluationError(f"{option}: unknown contender(s) {', '.join(unknown)}; "
                                   f"known: {', '.join(known)}")
-        twice = sorted({c for c in names if names.count(c) > 1})
+        twice = repeated(names)
         if twice:
             raise EvaluationError(f"{option} names {', '.join(twice)} more than once; name "
                                   "each contender once")

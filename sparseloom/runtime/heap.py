@@ -2,9 +2,10 @@
 
 A full (generation-2) collection walks every object the process holds, holding the GIL while
 it does. With the libraries, models and records of a long benchmark or application loaded, one
-took 70–117 ms here (103 of them in a few minutes of ``sparseloom bench serve``'s capacity
-search, measured with ``gc.callbacks``), and every serving thread that needed the GIL stalled
-with it: tens of requests over their SLO at once, a capacity probe lost to a pause.
+took 59–117 ms here (about 100 full collections in a few minutes of ``sparseloom bench
+serve``'s capacity search, counted with ``gc.callbacks``), and every serving thread that needed
+the GIL stalled with it: tens of requests over their SLO at once, a capacity probe lost to a
+pause (docs/runtime.md).
 
 While any runtime serves, the objects that existed when the first one started are frozen
 (:func:`gc.freeze`: moved to a permanent generation the collector does not walk), so a full

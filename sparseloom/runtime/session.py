@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import RuntimeServeError
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, repeated
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.load import LoadSpec, offer
 from sparseloom.runtime.models import profile_processors as profile_processors  # re-export
@@ -92,8 +92,8 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
     config = config or RunConfig()
     spec = config.load
     order = spec.arrival_order
-    if len(set(order)) != len(order):
-        twice = sorted({t for t in order if order.count(t) > 1})
+    twice = repeated(order)
+    if twice:
         raise RuntimeServeError(f"the arrival order names {', '.join(twice)} more than once; "
                                 f"name each task once")
     unknown = [t for t in order if t not in profile.tasks]

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sparseloom.core.errors import ConfigError
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, repeated
 from sparseloom.workload.metrics import METRICS
 from sparseloom.workload.task import (
     TaskBuilder,
@@ -303,9 +303,9 @@ def _parse_variants(variants: list[Any], where: str) -> tuple[str, ...]:
                 f"[\"dense\", \"unstructured-0.5\", \"int8\"], got {variant!r}"
             )
     names = tuple(v.strip() for v in variants)
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ConfigError(f"{where}: variants names {', '.join(map(repr, repeated))} more than "
+    twice = repeated(names)
+    if twice:
+        raise ConfigError(f"{where}: variants names {', '.join(map(repr, twice))} more than "
                           "once; list each variant once (a zoo holds one copy of each)")
     return names
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.protocols import LEVEL_SUFFIX, level_range_of
+from sparseloom.core.types import repeated
 from sparseloom.zoo.types import VariantSpec
 
 __all__ = ["DEFAULT_VARIANTS", "create_compressor", "resolve_variants"]
@@ -137,7 +138,7 @@ def resolve_variants(
     if not specs or specs[0].steps:
         raise ConfigError("the first variant (id 0) must be 'dense'")
     names = [s.name for s in specs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    duplicates = repeated(names)
     if duplicates:
         raise ConfigError(f"variants listed twice: {duplicates}")
     return specs

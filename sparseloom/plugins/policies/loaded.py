@@ -68,6 +68,8 @@ class Option:
         chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
         longest_ms: the longest time one request holds each processor, (P,) (0 where unused):
             consecutive stages on one processor run in place, so they count as one.
+        uses: whether the chain runs on each processor, (P,).
+        longest_stage_ms: the longest single stage of the chain.
     """
 
     row: int
@@ -75,6 +77,8 @@ class Option:
     work_ms: np.ndarray = attrs.field(eq=False)
     chain_ms: float
     longest_ms: np.ndarray = attrs.field(eq=False)
+    uses: np.ndarray = attrs.field(eq=False)
+    longest_stage_ms: float
 
 
 def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],
@@ -97,9 +101,11 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
             run = stages[:, j] + (run if j and order[j - 1] == processor else 0.0)
             longest[:, processor] = np.maximum(longest[:, processor], run)
         keys = np.column_stack([work, chain])
+        uses = np.isin(np.arange(n_processors), order)
         for index in _pareto(keys):
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
-                                  float(chain[index]), longest[index]))
+                                  float(chain[index]), longest[index], uses,
+                                  float(stages[index].max())))
     return options
 
 
@@ -118,13 +124,15 @@ def _pareto(points: np.ndarray) -> list[int]:
 def loaded_latency(options: Sequence[Option]) -> np.ndarray:
     """Each chosen option's chain plus, on each processor it uses, the longest hold of every
     other task's request there."""
-    longest = np.stack([o.longest_ms for o in options])  # (T, P)
-    total = longest.sum(axis=0)
-    out = []
-    for t, option in enumerate(options):
-        used = np.unique(option.placement)
-        out.append(option.chain_ms + float((total[used] - longest[t, used]).sum()))
-    return np.asarray(out)
+    return _loaded(np.array([[o.chain_ms for o in options]]),
+                   np.stack([o.longest_ms for o in options])[None],
+                   np.stack([o.uses for o in options])[None])[0]
+
+
+def _loaded(chain: np.ndarray, held: np.ndarray, uses: np.ndarray) -> np.ndarray:
+    """:func:`loaded_latency` of N assignments at once: chains (N, T), longest holds and
+    processors used (N, T, P)."""
+    return chain + ((held.sum(axis=1)[:, None, :] - held) * uses).sum(axis=2)
 
 
 def choose(options: Sequence[Sequence[Option]], slo_ms: Sequence[float]
@@ -137,8 +145,7 @@ def choose(options: Sequence[Sequence[Option]], slo_ms: Sequence[float]
     """
     ranked = sorted(range(len(options)), key=lambda t: -min(o.chain_ms for o in options[t]))
     longest = [np.stack([o.longest_ms for o in options[t]]) for t in ranked]  # (k, P) each
-    used = [np.stack([np.isin(np.arange(o.work_ms.size), o.placement) for o in options[t]])
-            for t in ranked]
+    uses = [np.stack([o.uses for o in options[t]]) for t in ranked]
     work = [np.stack([o.work_ms for o in options[t]]) for t in ranked]
     chain = [np.array([o.chain_ms for o in options[t]]) for t in ranked]
     slo = np.array([slo_ms[t] for t in ranked])
@@ -148,11 +155,9 @@ def choose(options: Sequence[Sequence[Option]], slo_ms: Sequence[float]
         grown = np.concatenate([np.repeat(beam, count, axis=0),
                                 np.tile(np.arange(count), len(beam))[:, None]], axis=1)
         pick = [grown[:, d] for d in range(depth + 1)]
-        held = np.stack([longest[d][pick[d]] for d in range(depth + 1)], axis=1)  # (N, d, P)
-        latency = (np.stack([chain[d][pick[d]] for d in range(depth + 1)], axis=1)
-                   + ((held.sum(axis=1)[:, None, :] - held)
-                      * np.stack([used[d][pick[d]] for d in range(depth + 1)], axis=1)
-                      ).sum(axis=2))
+        latency = _loaded(np.stack([chain[d][pick[d]] for d in range(depth + 1)], axis=1),
+                          np.stack([longest[d][pick[d]] for d in range(depth + 1)], axis=1),
+                          np.stack([uses[d][pick[d]] for d in range(depth + 1)], axis=1))
         missed = (latency > slo[:depth + 1]).sum(axis=1)
         total = np.stack([work[d][pick[d]] for d in range(depth + 1)], axis=1).sum(axis=1)
         # With one request in flight per task, a task's requests follow one another at its
@@ -213,7 +218,7 @@ class LoadedPolicy(ProfilePolicy):
         wide = tuple(n for t, (n, o) in enumerate(zip(names, chosen, strict=True))
                      if _borrows_when_idle(o, lending)
                      and _lending_is_harmless(t, chosen, latency, slo_ms,
-                                              _longest_stage_ms(table.task(n), o)))
+                                              o.longest_stage_ms))
         return attrs.evolve(plan, wide=wide) if wide else plan
 
 
@@ -224,20 +229,13 @@ def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:
             and option.chain_ms >= WIDE_MIN_CHAIN_MS)
 
 
-def _longest_stage_ms(profile: TaskProfile, option: Option) -> float:
-    """The longest single stage of ``option``'s chain on one thread: the most a wide stage can
-    hold the cores it borrows (its twin runs it faster)."""
-    variants = profile.choices(np.array([option.row]))[0]
-    return max(float(profile.latency_ms[j, v, p])
-               for j, (v, p) in enumerate(zip(variants, option.placement, strict=True)))
-
-
 def _lending_is_harmless(t: int, chosen: Sequence[Option], loaded_ms: np.ndarray,
                          slo_ms: np.ndarray, borrow_ms: float) -> bool:
     """Whether task ``t`` may borrow idle cores without costing another task its latency SLO.
 
     A request of another task that arrives while a borrowed stage runs shares its core with
-    the stage's pool thread until the stage ends. Every task that uses a processor other than
+    the stage's pool thread until the stage ends (at most ``borrow_ms``, the chain's longest
+    one-thread stage: its twin runs it faster). Every task that uses a processor other than
     ``t``'s keeps its loaded latency plus ``borrow_ms`` within its SLO, or ``t`` runs on one
     thread. On the paper's closed loop (latency unconstrained) this always holds.
     """
