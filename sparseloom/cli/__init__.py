@@ -96,7 +96,14 @@ for _module_name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point; returns the exit status instead of raising SystemExit."""
+    """Console-script entry point; returns the exit status instead of raising SystemExit.
+
+    The process freezes the survivors of its full collections (:mod:`sparseloom.runtime.heap`):
+    long commands otherwise spend up to half their time walking the ML libraries' objects.
+    """
+    from sparseloom.runtime.heap import SURVIVOR_FREEZE
+
+    SURVIVOR_FREEZE.install()
     try:
         cli.main(args=argv, prog_name="sparseloom", standalone_mode=True)
     except SystemExit as stop:

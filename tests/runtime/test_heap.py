@@ -1,18 +1,38 @@
 """While a runtime serves, the heap that existed before is frozen (no full collection walks it);
-after the last one stops it is unfrozen and its garbage collected: nothing is lost."""
+after the last one stops it is unfrozen and its garbage collected: nothing is lost. An
+application's own freeze is left as it was.
+
+The suite freezes the survivors of every full collection (tests/conftest.py); these tests
+pause that and start from an unfrozen heap, as an application that never froze it does."""
 
 from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from sparseloom.core.types import SLO
-from sparseloom.runtime.heap import SERVING_HEAP
+from sparseloom.runtime.heap import SERVING_HEAP, SURVIVOR_FREEZE, SurvivorFreeze
 from sparseloom.runtime.server import Server
 from tests.runtime.support import eval_row
 
 LOOSE = SLO(0.0, 1000.0)
+
+
+@pytest.fixture(autouse=True)
+def unfrozen() -> Iterator[None]:
+    """No survivor freeze and an unfrozen heap for the test; the suite's freeze after it."""
+    installed = SURVIVOR_FREEZE.installed
+    SURVIVOR_FREEZE.remove()
+    gc.unfreeze()
+    try:
+        yield
+    finally:
+        if installed:
+            SURVIVOR_FREEZE.install()
 
 
 class _Cycle:
@@ -49,3 +69,51 @@ def test_garbage_from_before_serving_is_collected_after_it() -> None:
     assert alive() is None  # unfrozen with the last runtime, then collected
     SERVING_HEAP.leave()  # leaving more often than entering is harmless
     assert SERVING_HEAP.serving == 0 and gc.get_freeze_count() == 0
+
+
+def test_an_application_that_froze_its_heap_keeps_it_frozen() -> None:
+    gc.freeze()  # the application's own, before any runtime serves
+    kept = gc.get_freeze_count()
+    assert kept > 0
+    SERVING_HEAP.enter()
+    made_while_serving = [_Cycle() for _ in range(10)]
+    SERVING_HEAP.leave()
+    assert gc.get_freeze_count() >= kept  # nothing of the application's unfrozen
+    gc.unfreeze()
+    assert made_while_serving and SERVING_HEAP.serving == 0
+
+
+def test_survivors_are_frozen_and_walked_again_once_the_frozen_heap_doubled() -> None:
+    policy = SurvivorFreeze(floor=1)
+    policy.install()
+    try:
+        cycle = _Cycle()
+        alive = weakref.ref(cycle)
+        gc.collect()  # survivors, the cycle among them, are frozen after the collection
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and policy.compactions == 0
+        del cycle  # garbage now, but frozen: this collection does not walk it
+        gc.collect()
+        assert alive() is not None
+        assert policy.compactions == 1 and gc.get_freeze_count() == 0  # over the floor: unfrozen
+        gc.collect()  # walks everything once: the cycle is freed, the survivors frozen again
+        assert alive() is None and 0 < gc.get_freeze_count() < 2 * frozen
+        gc.collect()
+        assert policy.compactions == 1  # not doubled since
+    finally:
+        policy.remove()
+    assert not policy.installed
+
+
+def test_the_frozen_heap_is_not_walked_again_while_a_runtime_serves() -> None:
+    policy = SurvivorFreeze(floor=1)
+    policy.install()
+    SERVING_HEAP.enter()
+    try:
+        for _ in range(3):
+            gc.collect()
+        assert policy.compactions == 0 and gc.get_freeze_count() > 0
+    finally:
+        SERVING_HEAP.leave()
+        policy.remove()
+        gc.unfreeze()
