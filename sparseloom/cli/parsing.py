@@ -80,12 +80,13 @@ def parse_slo(spec: str) -> tuple[str, Any]:
 def parse_slos(specs: Iterable[str]) -> dict[str, Any]:
     """Every ``--slo`` of a command by task; a task given twice is refused (not: the last)."""
     slos: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for spec in specs:
         task, slo = parse_slo(spec)
         if task in slos:
-            raise ConfigError(f"--slo gives task {task!r} twice ({slos[task].accuracy:g},"
-                              f"{slos[task].latency_ms:g} and {spec!r}); give each task once")
-        slos[task] = slo
+            raise ConfigError(f"--slo gives task {task!r} twice ({given[task]!r} and {spec!r}); "
+                              f"give each task once")
+        slos[task], given[task] = slo, spec
     return slos
 
 

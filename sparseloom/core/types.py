@@ -66,7 +66,8 @@ def repeated(items: Iterable[_Named]) -> list[_Named]:
 
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{attribute.name} must lie in [0, 1], got {value!r}")
+        raise ConfigError(f"{type(instance).__name__} {attribute.name} must lie in [0, 1], "
+                          f"got {value!r}")
 
 
 #: The longest latency an SLO may allow, in ms (11.6 days): past it a latency SLO means
