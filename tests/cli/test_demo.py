@@ -20,7 +20,12 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
     rows = (tmp_path / "pareto-tiny.csv").read_text().splitlines()
     assert rows[0].startswith("kind,choices") and len(rows) == 1 + 10 + 30
     assert "top-10 recall" in result.output
-    assert "submitted 100 = completed 100 + failed 0" in result.output
+    # Every eval row served once: the accuracy measured is the variant's, not a sample's.
+    from sparseloom.workload.load import load_workload
+
+    rows = load_workload("tiny", progress=False).task("tiny").num_eval
+    assert f"{rows} requests per task (the largest eval set" in result.output
+    assert f"submitted {rows} = completed {rows} + failed 0" in result.output
     # The closing lines: one per scenario and sparseloom policy against the best stock runtime
     # of this very run, and the report they come from.
     closing = [line for line in result.output.splitlines()
