@@ -23,8 +23,9 @@ quarter-million objects that importing torch, OpenVINO and ONNX Runtime leaves. 
 objects that survive a full collection are frozen after it, so the next one walks only what
 was made since: the same demo took 6.3 s. When the frozen heap has doubled since it was last
 walked, it is unfrozen and the next full collection walks and frees it all once, so garbage
-cycles among frozen objects are freed too and memory stays within twice what is alive; never
-while a runtime serves.
+cycles among frozen objects are freed too and memory stays within twice what is alive. While a
+runtime serves it does nothing: the serving freeze above holds, and what serving makes (requests,
+futures, records) stays young and is collected as usual.
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ class SurvivorFreeze:
         return self._installed
 
     def _after_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase != "stop" or info["generation"] != 2:
-            return
+        if phase != "stop" or info["generation"] != 2 or SERVING_HEAP.serving:
+            return  # while a runtime serves, its own freeze rules: what serving makes stays young
         frozen = gc.get_freeze_count()
-        if frozen > self._limit and SERVING_HEAP.serving == 0:
+        if frozen > self._limit:
             gc.unfreeze()  # the next full collection walks, and frees, everything once
             self._limit = 2 * frozen
             self.compactions += 1
