@@ -16,5 +16,5 @@ os.environ.setdefault(
 
 # A full collection walks every object the process holds, and this session accumulates hundreds
 # of thousands (models, zoos, tables, records): without this the tests ran 17 min 16 s from an
-# empty test cache, with it 10 min 21 s (AMD EPYC, nothing else running; docs/runtime.md).
+# empty test cache, with it 10 min 25 s (AMD EPYC, nothing else running; docs/runtime.md).
 SURVIVOR_FREEZE.install()
