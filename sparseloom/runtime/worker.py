@@ -18,9 +18,12 @@ thread on each core of the other processors). The worker runs a stage on the twi
 every other processor that is up is idle — nothing running, nothing queued, for at least
 :data:`LEND_AFTER_S` (a closed loop's next request follows the last within tens of
 microseconds; a gap that short is not idleness) — so a long chain
-borrows the cores the short tasks leave idle and never takes one a task is waiting for (a
-request arriving there meanwhile shares the core for at most that stage). A wide stage counts
-as on profile in the online calibration: it is faster by design, not because the processor is.
+borrows the cores the short tasks leave idle and never takes one a task is waiting for. The
+loan is exclusive: the wide stage holds each lender's :attr:`ProcessorWorker.core` lock, which a
+worker holds while it runs anything, so a request arriving at a lender meanwhile waits for that
+one stage instead of sharing the core with it (shared, both ran slower, and the closed loop's
+throughput swung between rounds). A wide stage counts as on profile in the online calibration:
+it is faster by design, not because the processor is.
 """
 
 from __future__ import annotations
@@ -113,6 +116,20 @@ class StageHandler:
         return all(w.idle(LEND_AFTER_S) for w in self.workers.values()
                    if w is not worker and not w.down)
 
+    def borrow(self, worker: ProcessorWorker) -> list[threading.Lock] | None:
+        """Take the :attr:`~ProcessorWorker.core` of every other processor that is up, or none
+        (``None``) when one of them is running: the held locks, to release after the stage."""
+        taken: list[threading.Lock] = []
+        for other in self.workers.values():
+            if other is worker or other.down:
+                continue
+            if not other.core.acquire(blocking=False):
+                for lock in taken:
+                    lock.release()
+                return None
+            taken.append(other.core)
+        return taken
+
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
         """The profile's time of one call of subgraph ``key`` on ``processor`` (0: unknown)."""
         profile = self.profile
@@ -150,6 +167,7 @@ class ProcessorWorker:
         running: a request's stages, or a queued job, are running here now.
         idle_since: ``time.perf_counter()`` when it last finished something.
         wide_stages: stages run wide, on cores the idle other processors lent.
+        core: held while this worker runs anything, and by a wide stage borrowing its cores.
     """
 
     processor: Processor
@@ -171,6 +189,7 @@ class ProcessorWorker:
     _order: Any = attrs.field(factory=itertools.count, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
     _pending_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    core: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     @property
     def name(self) -> str:
@@ -228,10 +247,11 @@ class ProcessorWorker:
                 return
             self.running = True  # a load or switch holds the core as a request does
             try:
-                if callable(item):
-                    item()
-                else:
-                    self._serve(item)
+                with self.core:  # waits while a wide stage has borrowed it
+                    if callable(item):
+                        item()
+                    else:
+                        self._serve(item)
             finally:
                 self.idle_since = time.perf_counter()
                 self.running = False
@@ -266,11 +286,18 @@ class ProcessorWorker:
                     faults.maybe_fail(self.processor, request, position)
                 runner = model.runner
                 twin = model.wide_runner
-                wide = twin is not None and handler.lenders_idle(self)
-                if twin is not None and wide:  # the lenders are idle: borrow their cores
-                    runner = twin
+                lent = None
+                if twin is not None and handler.lenders_idle(self):
+                    lent = handler.borrow(self)  # the lenders are idle: borrow their cores
+                    if lent is not None:
+                        runner = twin
+                wide = lent is not None
                 start = perf_counter()
-                outputs = runner({key: carried[key] for key in model.input_names})
+                try:
+                    outputs = runner({key: carried[key] for key in model.input_names})
+                finally:
+                    for lock in lent or ():
+                        lock.release()
                 took = perf_counter() - start
                 self.busy_s += took
                 # Online calibration (Band's smoothed service times): measured vs profiled.

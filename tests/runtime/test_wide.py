@@ -71,6 +71,22 @@ def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
         # The lender idle (for LEND_AFTER_S at least): the stages borrow its core.
         idle = _serve(runtime, task, range(3, 6))
         assert worker.wide_stages == 6
+        # The loan is exclusive: while a stage holds the lender's core, the lender runs nothing
+        # (a job queued there waits), and a running lender lends nothing.
+        taken = runtime.borrow(worker)
+        assert taken == [runtime.workers[lender].core]
+        ran = threading.Event()
+        runtime.workers[lender].call(ran.set)
+        assert not ran.wait(0.3)
+        for lock in taken:
+            lock.release()
+        assert ran.wait(10)
+        held, release = threading.Event(), threading.Event()
+        runtime.workers[lender].call(lambda: (held.set(), release.wait(30)))
+        try:
+            assert held.wait(10) and runtime.borrow(worker) is None
+        finally:
+            release.set()
         # The oracle: the same two subgraphs chained through plain ONNX Runtime sessions.
         first, second = (ort.InferenceSession(str(p)) for p in stitched_paths(zoo, (0, 0)))
         rows = workload.task(task).eval_inputs

@@ -24,7 +24,7 @@ one and runs a stage on the twin only when every other processor has nothing run
 queued. On the paper's closed loop the longest chain bounds the run and the short tasks leave
 their processor idle most of the time (and wholly once they are done); a stage borrows that
 core instead of leaving it idle, and never takes it from a task that needs it. A request that
-arrives meanwhile shares its core with the borrowed stage until it ends, so a chain is marked
+arrives meanwhile waits for the borrowed stage to end (the loan is exclusive), so a chain is marked
 wide only when no task elsewhere would miss its latency SLO for that. The estimates stay those
 of one thread (what the chain takes when the others are busy).
 
@@ -233,9 +233,9 @@ def _lending_is_harmless(t: int, chosen: Sequence[Option], loaded_ms: np.ndarray
                          slo_ms: np.ndarray, borrow_ms: float) -> bool:
     """Whether task ``t`` may borrow idle cores without costing another task its latency SLO.
 
-    A request of another task that arrives while a borrowed stage runs shares its core with
-    the stage's pool thread until the stage ends (at most ``borrow_ms``, the chain's longest
-    one-thread stage: its twin runs it faster). Every task that uses a processor other than
+    A request of another task that arrives while a borrowed stage runs waits for the stage to
+    end (the loan is exclusive; at most ``borrow_ms``, the chain's longest one-thread stage:
+    its twin runs it faster). Every task that uses a processor other than
     ``t``'s keeps its loaded latency plus ``borrow_ms`` within its SLO, or ``t`` runs on one
     thread. On the paper's closed loop (latency unconstrained) this always holds.
     """
