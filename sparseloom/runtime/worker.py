@@ -109,25 +109,21 @@ class StageHandler:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
         raise NotImplementedError
 
-    def lenders_idle(self, worker: ProcessorWorker) -> bool:
-        """Whether every other processor of :attr:`workers` that is up has been idle for
-        :data:`LEND_AFTER_S` (nothing running, nothing queued): only then does a wide stage
-        borrow their cores."""
-        return all(w.idle(LEND_AFTER_S) for w in self.workers.values()
-                   if w is not worker and not w.down)
-
     def borrow(self, worker: ProcessorWorker) -> list[threading.Lock] | None:
-        """Take the :attr:`~ProcessorWorker.core` of every other processor that is up, or none
-        (``None``) when one of them is running: the held locks, to release after the stage."""
+        """Take the :attr:`~ProcessorWorker.core` of every other processor of :attr:`workers`
+        that is up, for one wide stage of ``worker``: only when each has been idle for
+        :data:`LEND_AFTER_S` (nothing running, nothing queued) and none started meanwhile
+        (``None`` otherwise). Returns the held locks, to release when the stage ends."""
+        lenders = [w for w in self.workers.values() if w is not worker and not w.down]
+        if not all(w.idle(LEND_AFTER_S) for w in lenders):
+            return None
         taken: list[threading.Lock] = []
-        for other in self.workers.values():
-            if other is worker or other.down:
-                continue
-            if not other.core.acquire(blocking=False):
+        for lender in lenders:
+            if not lender.core.acquire(blocking=False):
                 for lock in taken:
                     lock.release()
                 return None
-            taken.append(other.core)
+            taken.append(lender.core)
         return taken
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
@@ -286,12 +282,10 @@ class ProcessorWorker:
                     faults.maybe_fail(self.processor, request, position)
                 runner = model.runner
                 twin = model.wide_runner
-                lent = None
-                if twin is not None and handler.lenders_idle(self):
-                    lent = handler.borrow(self)  # the lenders are idle: borrow their cores
-                    if lent is not None:
-                        runner = twin
+                lent = handler.borrow(self) if twin is not None else None
                 wide = lent is not None
+                if twin is not None and wide:  # the lenders are idle: their cores are lent
+                    runner = twin
                 start = perf_counter()
                 try:
                     outputs = runner({key: carried[key] for key in model.input_names})

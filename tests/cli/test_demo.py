@@ -23,9 +23,9 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
     # Every eval row served once: the accuracy measured is the variant's, not a sample's.
     from sparseloom.workload.load import load_workload
 
-    rows = load_workload("tiny", progress=False).task("tiny").num_eval
-    assert f"{rows} requests per task (the largest eval set" in result.output
-    assert f"submitted {rows} = completed {rows} + failed 0" in result.output
+    served = load_workload("tiny", progress=False).task("tiny").num_eval
+    assert f"{served} requests per task (the largest eval set" in result.output
+    assert f"submitted {served} = completed {served} + failed 0" in result.output
     # The closing lines: one per scenario and sparseloom policy against the best stock runtime
     # of this very run, and the report they come from.
     closing = [line for line in result.output.splitlines()
