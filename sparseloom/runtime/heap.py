@@ -21,7 +21,8 @@ walk on every full collection: ``sparseloom demo --workload tiny`` spent 5.8 s o
 quarter-million objects that importing torch, OpenVINO and ONNX Runtime leaves. With
 :data:`SURVIVOR_FREEZE` installed (the console script installs it, and the test suite), the
 objects that survive a full collection are frozen after it, so the next one walks only what
-was made since: the same demo took 6.3 s. When the frozen heap has doubled since it was last
+was made since: the same demo took 7.3 s against 11.4 s (medians of 3 rounds side by side,
+docs/runtime.md). When the frozen heap has doubled since it was last
 walked, it is unfrozen and the next full collection walks and frees it all once, so garbage
 cycles among frozen objects are freed too and memory stays within twice what is alive. While a
 runtime serves it does nothing: the serving freeze above holds, and what serving makes (requests,
