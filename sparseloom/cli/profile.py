@@ -127,8 +127,10 @@ def _table_summary(table: Any) -> dict[str, Any]:
             "seconds": estimator_seconds(table.meta["timings"][name]),
             "cache_hits": table.meta["cache_hits"][name],
         }
+    from sparseloom.profile.numerics import unfaithful_summary
+
     return {"workload": table.workload, "processors": list(table.processors),
-            "estimators": table.meta["estimators"],
+            "estimators": table.meta["estimators"], "unfaithful": unfaithful_summary(table),
             "profile_directory": table.meta["table_directory"], "tasks": tasks,
             "failures": table.meta["failures"]}
 
@@ -348,6 +350,10 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
              _fmt(t["best_accuracy"]), _fmt(t["seconds"], "s")]
             for name, t in result["tasks"].items()])
         click.echo(f"profile table: {table.meta['table_directory']}")
+        from sparseloom.profile.numerics import describe_unfaithful
+
+        for line in describe_unfaithful(table, options.evaluation_processor):
+            click.echo(line)
         _echo_failures(table.meta["failures"])
     if strict and table.meta["failures"]:
         raise click.ClickException(

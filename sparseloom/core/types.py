@@ -236,7 +236,8 @@ class Plan:
         decision_seconds: wall time the policy took to decide, in seconds.
         wide: tasks whose stages may run *wide* while the plan's other processors are idle:
             on their processor's thread plus one thread on each core of the other processors
-            (a backend that can, e.g. ONNX Runtime's intra-op pool; others run them as usual).
+            (a backend with ``widened``: ONNX Runtime, and OpenVINO on CPU; others run them as
+            usual).
     """
 
     policy: str

@@ -131,10 +131,42 @@ def restrict_profile(table: ProfileTable, processors: Sequence[str]) -> ProfileT
     for name, profile in table.tasks.items():
         changes = {field: getattr(profile, field)[:, :, keep] for field in (
             "latency_ms", "latency_spread_ms", "compile_ms", "load_ms", "memory_bytes",
-            "latency_median_ms")}
+            "latency_median_ms", "numerics_error")}
         changes["handoff_ms"] = profile.handoff_ms[:, keep][:, :, keep]
         tasks[name] = attrs.evolve(profile, **changes)
     return ProfileTable(table.workload, [table.processors[i] for i in keep], tasks,
+                        dict(table.meta))
+
+
+def faithful_profile(table: ProfileTable) -> ProfileTable:
+    """A copy of ``table`` in which a subgraph costs infinite latency on every processor that
+    computes it differently from the evaluation processor (``TaskProfile.numerics_error`` over
+    :data:`~sparseloom.profile.numerics.NUMERICS_TOLERANCE`): its accuracies were measured on
+    that processor's arithmetic only, so a plan that wants the accuracy it reads must not put
+    the subgraph there. ``table`` itself when nothing is flagged.
+
+    :raises PlanError: a task has a position no processor computes faithfully.
+    """
+    from sparseloom.profile.numerics import unfaithful_pairs
+
+    tasks = {}
+    for name, profile in table.tasks.items():
+        flagged = unfaithful_pairs(profile.numerics_error)
+        stuck = np.flatnonzero(flagged.all(axis=(1, 2)))
+        if stuck.size:
+            raise PlanError(
+                f"task {name!r}: every variant of position {int(stuck[0])} is computed "
+                f"differently from the evaluation processor (numerics_error > tolerance) on "
+                f"every processor of {', '.join(table.processors)}, so no plan serves the "
+                f"accuracy the profile measured; add a processor that computes as the "
+                f"evaluation processor does, or measure the accuracies on one of these (Python: "
+                f"ProfileOptions(evaluation_processor=...))")
+        if flagged.any():
+            tasks[name] = attrs.evolve(profile, latency_ms=np.where(flagged, np.inf,
+                                                                    profile.latency_ms))
+    if not tasks:
+        return table
+    return ProfileTable(table.workload, table.processors, dict(table.tasks) | tasks,
                         dict(table.meta))
 
 

@@ -2,7 +2,10 @@
 
 A subclass implements :meth:`ProfilePolicy.decide` (a profile table restricted to the usable
 processors and tasks, and one SLO per task → :class:`Plan`). The base class records what
-:meth:`plan` was given, times the decision, and implements ``on_feedback``:
+:meth:`plan` was given, times the decision, and implements ``on_feedback``. Every decision
+sees the profile through :func:`~sparseloom.plan.feasible.faithful_profile`: a subgraph a
+processor computes differently from the evaluation processor costs infinite latency there, so
+the accuracy a plan reads is the accuracy it serves.
 
 * a processor reported down is dropped and the plan is made again without it;
 * each processor's measured service time against its profile, and every task's observed
@@ -28,7 +31,7 @@ import attrs
 from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO, Feedback, Plan
 from sparseloom.plan.calibration import RECOVERY_HALF_LIFE_S, Calibration
-from sparseloom.plan.feasible import check_slos, restrict_profile
+from sparseloom.plan.feasible import check_slos, faithful_profile, restrict_profile
 from sparseloom.profile.table import ProfileTable
 
 #: Seconds a plan serves before feedback may replace it (hysteresis: windows of 20 requests
@@ -151,7 +154,8 @@ class ProfilePolicy:
     def _replan(self) -> Plan:
         assert self._table is not None
         now = time.monotonic()
-        table = restrict_profile(self._calibration.scaled(self._table, now), self._processors)
+        table = faithful_profile(restrict_profile(self._calibration.scaled(self._table, now),
+                                                  self._processors))
         started = time.perf_counter()
         made = self.decide(table, self._slos)
         self._previous = self._current

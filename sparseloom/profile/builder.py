@@ -5,9 +5,13 @@ Per task, instead of V**S accuracy runs and V**S·P! latency runs:
 1. the zoo (built or loaded from the cache) gives S positions × V source variants;
 2. *fidelity*: every subgraph is fed the dense prefix's activations on calibration data and
    its output compared with the dense subgraph's (S·V short passes);
-3. *latency*: every subgraph on every processor, interleaved rounds (T·S·V·P runs), and the
+3. *numerics*: every subgraph on every processor with those activations, its outputs compared
+   with the evaluation processor's (:mod:`sparseloom.profile.numerics`): where they differ, the
+   measured accuracies are not what that processor would serve, and the planner keeps the
+   subgraph off it;
+4. *latency*: every subgraph on every processor, interleaved rounds (T·S·V·P runs), and the
    hand-off cost of every boundary for every processor pair (:mod:`sparseloom.profile.measure`);
-4. *accuracy samples*: the V originals plus N − V random stitched variants are measured
+5. *accuracy samples*: the V originals plus N − V random stitched variants are measured
    exactly with prefix sharing, an accuracy estimator chosen by name is trained on them and
    predicts all V**S stitched variants.
 
@@ -141,6 +145,9 @@ def build_profile(
                     "originals_mae": timings.pop("subset_error")}
             if "chain_check" in timings:
                 table.meta.setdefault("chain_check", {})[task.name] = timings.pop("chain_check")
+            if "numerics_unchecked" in timings:
+                table.meta.setdefault("numerics_unchecked", {})[task.name] = timings.pop(
+                    "numerics_unchecked")
             table.meta["timings"][task.name] = timings
             table.meta["failures"].extend(attrs.asdict(f) for f in failures)
             table.meta["cache_hits"][task.name] = hits
@@ -173,6 +180,7 @@ def _profile_task(
     hits: list[str] = []
     activations, fidelity = _fidelity(task, zoo, options, accuracy_store, timings, hits,
                                       executor)
+    numerics = _numerics(task, zoo, processors, options, store, activations, timings, hits)
     jobs = subgraph_jobs(zoo, activations)
     measurement, failures = _measure(task, jobs, processors, options, store,
                                      resolve_backend, progress, timings, hits, executor)
@@ -198,7 +206,7 @@ def _profile_task(
         compile_ms=measurement["compile_ms"], load_ms=measurement["load_ms"],
         memory_bytes=measurement["memory_bytes"],
         handoff_ms=handoff, accuracy_estimated=estimated, accuracy_measured=accuracy_measured,
-        fidelity_error=fidelity)
+        fidelity_error=fidelity, numerics_error=numerics)
     if "chain_ms" in measurement:
         chains = list(zip(measurement["chain_choices"].tolist(),
                           measurement["chain_orders"].tolist(), strict=True))
@@ -241,6 +249,32 @@ def _fidelity(
     timings["fidelity"] = time.perf_counter() - started
     store.save(name, {"fidelity_error": error}, {"seconds": timings["fidelity"]})
     return activations, error
+
+
+def _numerics(
+    task: Any, zoo: Any, processors: Sequence[Processor], options: ProfileOptions,
+    store: ProfileStore, activations: Sequence[Mapping[str, np.ndarray]],
+    timings: dict[str, Any], hits: list[str],
+) -> np.ndarray:
+    """Each subgraph's output difference on each processor from the evaluation processor's
+    (:mod:`sparseloom.profile.numerics`), cached with the latencies (the processors' key)."""
+    from sparseloom.profile.numerics import numerics_errors
+
+    name = f"numerics-{task.name}"
+    cached = store.load(name)
+    if cached is not None:
+        hits.append(name)
+    else:
+        started = time.perf_counter()
+        errors, unchecked = numerics_errors(zoo, activations, processors,
+                                            options.evaluation_processor)
+        cached = ({"numerics_error": errors},
+                  {"seconds": time.perf_counter() - started, "unchecked": unchecked})
+        store.save(name, *cached)
+    timings["numerics"] = float(cached[1]["seconds"])
+    if cached[1].get("unchecked"):
+        timings["numerics_unchecked"] = dict(cached[1]["unchecked"])
+    return np.asarray(cached[0]["numerics_error"])
 
 
 def _measure(

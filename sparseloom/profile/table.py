@@ -42,10 +42,12 @@ ARRAY_FIELDS: dict[str, type] = {
     "fidelity_error": np.float64,
     "latency_median_ms": np.float64,
     "chain_fit": np.float64,
+    "numerics_error": np.float64,
 }
 
 #: Fields a table may lack (written by older versions); they get their documented defaults.
-OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit"})
+OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit",
+                             "numerics_error"})
 
 ChoicesLike = Sequence[int] | np.ndarray
 
@@ -85,6 +87,10 @@ class TaskProfile:
         chain_fit: ``(scale, offset)`` of the chain latency model (2,): a chain's latency is
             ``scale · additive + offset``, fitted on chains timed with the subgraphs by the
             ``additive-fitted`` estimator; ``(1, 0)`` (the plain additive model) otherwise.
+        numerics_error: how far subgraph (position, variant)'s outputs on each processor are
+            from the evaluation processor's, on which every accuracy was measured (S, V, P;
+            :mod:`sparseloom.profile.numerics`); NaN where it could not be compared, 0 in a
+            table written before it was measured.
     """
 
     task: str
@@ -104,6 +110,7 @@ class TaskProfile:
     fidelity_error: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0)))
     latency_median_ms: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
     chain_fit: np.ndarray = attrs.field(factory=lambda: np.array([1.0, 0.0]))
+    numerics_error: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
 
     def __attrs_post_init__(self) -> None:
         for name, dtype in ARRAY_FIELDS.items():
@@ -114,6 +121,8 @@ class TaskProfile:
             self.fidelity_error = np.zeros(self.latency_ms.shape[:2])
         if self.latency_median_ms.size == 0:
             self.latency_median_ms = self.latency_ms.copy()
+        if self.numerics_error.size == 0:
+            self.numerics_error = np.zeros(self.latency_ms.shape)
         self.check()
 
     @property
@@ -139,7 +148,7 @@ class TaskProfile:
             "compile_ms": (s, v, p), "load_ms": (s, v, p), "memory_bytes": (s, v, p),
             "handoff_ms": (max(s - 1, 0), p, p), "accuracy_estimated": (v**s,),
             "accuracy_measured": (v**s,), "fidelity_error": (s, v),
-            "latency_median_ms": (s, v, p), "chain_fit": (2,),
+            "latency_median_ms": (s, v, p), "chain_fit": (2,), "numerics_error": (s, v, p),
         }
         for name, shape in expected.items():
             if getattr(self, name).shape != shape:

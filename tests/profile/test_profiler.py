@@ -121,6 +121,11 @@ def test_profile_table_of_tiny(tiny: Any, tiny_zoos: dict[str, Any], fresh_regis
     np.testing.assert_allclose(task.fidelity_error, expected, rtol=1e-3, atol=1e-6)
     assert np.all(task.fidelity_error[:, 0] == 0)
 
+    # Numerics: every subgraph on both processors against the evaluation processor; these
+    # f32 variants compute the same function on OpenVINO (f32 hint) and ONNX Runtime.
+    assert task.numerics_error.shape == (2, 4, 2)
+    assert np.all(task.numerics_error < 1e-4) and "numerics_unchecked" not in table.meta
+
     # Latencies: in ms, in the right (position, variant, processor) cells. On a shared
     # machine only a loose ratio to an independent timing is stable; a unit or cell mix-up
     # is far outside it.
@@ -199,7 +204,7 @@ def test_cache_resumes_and_invalidates(tiny: Any, tiny_zoos: dict[str, Any], tmp
     assert first.meta["cache_hits"]["tiny"] == []
     again = profile(tiny, tiny_zoos, cache_root=tmp_path)
     assert again.meta["cache_directory"] == first.meta["cache_directory"]
-    assert "latency-tiny" in again.meta["cache_hits"]["tiny"]
+    assert {"latency-tiny", "numerics-tiny"} <= set(again.meta["cache_hits"]["tiny"])
     np.testing.assert_array_equal(again.task("tiny").latency_ms, first.task("tiny").latency_ms)
     # another processor config: a fresh profile
     changed = [get_processor("ov:CPU"),

@@ -24,17 +24,15 @@ def _serve(runtime: Any, task: str, rows: range) -> list[Any]:
     return answers
 
 
-def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
-        two_tasks: tuple[Any, Any]) -> None:
-    import onnxruntime as ort
-
+def _started(two_tasks: tuple[Any, Any], processor: str) -> tuple[Any, Any, Any]:
+    """A runtime serving digits_a's (0, 0) chain wide on ``processor`` (twins preloaded):
+    (runtime, the task's zoo, the workload). Skips on a one-core machine."""
     from sparseloom.runtime import switching
     from sparseloom.runtime.executor import Runtime
     from sparseloom.runtime.models import RuntimeTask, profile_processors
     from sparseloom.runtime.request import Route
     from sparseloom.zoo.load import load_zoo
     from sparseloom.zoo.options import zoo_directory
-    from sparseloom.zoo.stitch import stitched_paths
 
     workload, profile = two_tasks
     processors = profile_processors(profile)
@@ -43,14 +41,40 @@ def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
     task = "digits_a"
     zoo = load_zoo(zoo_directory(profile.meta["zoo_hashes"][task]), verify=False)
     runtime = Runtime([RuntimeTask(workload.task(task), zoo, SLO(0.0, 1000.0))], processors)
-    route = Route(StitchedVariant(task, (0, 0)), ("ort:CPU", "ort:CPU"), wide=True)
+    route = Route(StitchedVariant(task, (0, 0)), (processor, processor), wide=True)
+    switching.load_pairs(runtime, switching.route_keys(runtime, route), "preload", wide=[task])
+    runtime.start_workers()
+    runtime.set_route(task, route, "plan")
+    return runtime, zoo, workload
+
+
+def _assert_plain_onnxruntime(workload: Any, zoo: Any, answers: list[Any], rtol: float,
+                              atol: float) -> None:
+    """The oracle: digits_a's two subgraphs chained through plain ONNX Runtime sessions."""
+    import onnxruntime as ort
+
+    from sparseloom.zoo.stitch import stitched_paths
+
+    first, second = (ort.InferenceSession(str(p)) for p in stitched_paths(zoo, (0, 0)))
+    rows = workload.task("digits_a").eval_inputs
+    for row, answer in enumerate(answers):
+        feed = {k: v[row:row + 1] for k, v in rows.items()}
+        middle = dict(zip([o.name for o in first.get_outputs()], first.run(None, feed),
+                          strict=True))
+        expected = second.run(None, {i.name: middle[i.name] for i in second.get_inputs()})[0]
+        np.testing.assert_allclose(answer[second.get_outputs()[0].name], expected, rtol=rtol,
+                                   atol=atol)
+
+
+def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime import switching
+
+    runtime, zoo, workload = _started(two_tasks, "ort:CPU")
+    task = "digits_a"
     lender = next(name for name in runtime.workers if name != "ort:CPU")
     gate = threading.Event()
     try:
-        switching.load_pairs(runtime, switching.route_keys(runtime, route), "preload",
-                             wide=[task])
-        runtime.start_workers()
-        runtime.set_route(task, route, "plan")
         worker = runtime.workers["ort:CPU"]
         model = worker.models[(task, 0, 0)]
         own = worker.processor
@@ -87,18 +111,31 @@ def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
             assert held.wait(10) and runtime.borrow(worker) is None
         finally:
             release.set()
-        # The oracle: the same two subgraphs chained through plain ONNX Runtime sessions.
-        first, second = (ort.InferenceSession(str(p)) for p in stitched_paths(zoo, (0, 0)))
-        rows = workload.task(task).eval_inputs
-        for row, answer in enumerate(busy + idle):
-            feed = {k: v[row:row + 1] for k, v in rows.items()}
-            middle = dict(zip([o.name for o in first.get_outputs()],
-                              first.run(None, feed), strict=True))
-            expected = second.run(None, {i.name: middle[i.name]
-                                         for i in second.get_inputs()})[0]
-            got = answer[second.get_outputs()[0].name]
-            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        _assert_plain_onnxruntime(workload, zoo, busy + idle, rtol=1e-5, atol=1e-6)
     finally:
         gate.set()
+        runtime.drain(30)
+        runtime.stop()
+
+
+def test_an_openvino_chain_borrows_idle_cores_through_a_twin_pinned_to_both(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime import switching
+
+    runtime, zoo, workload = _started(two_tasks, "ov:CPU")
+    try:
+        worker = runtime.workers["ov:CPU"]
+        model, own = worker.models[("digits_a", 0, 0)], worker.processor
+        lent = switching.lent_cores(runtime, "ov:CPU")
+        # OpenVINO's threads inherit the affinity of the thread that compiles the twin: it is
+        # compiled for the processor's cores and the lent ones, with a thread for each.
+        assert model.wide and model.processor == own and lent
+        assert model.wide_processor.threads == own.threads + len(lent)
+        assert model.wide_processor.cores == (*own.cores, *lent)
+        time.sleep(10 * LEND_AFTER_S)
+        answers = _serve(runtime, "digits_a", range(4))
+        assert worker.wide_stages == 8
+        _assert_plain_onnxruntime(workload, zoo, answers, rtol=1e-4, atol=1e-5)
+    finally:
         runtime.drain(30)
         runtime.stop()

@@ -71,8 +71,15 @@ def _verdict(profile: TaskProfile, slo: SLO, row: int, latency_ms: float, how: s
 
 
 def _pick(profile: TaskProfile, mode: str, slo: SLO, latency: np.ndarray) -> tuple[int, str]:
-    """Index of the chosen original given each original's latency; and how it was chosen."""
+    """Index of the chosen original given each original's latency; and how it was chosen.
+
+    An original with infinite latency cannot run where it would be placed (a processor that
+    computes it differently from the profile's accuracies, ``faithful_profile``): it is chosen
+    only when no original can."""
     accuracy = profile.accuracy()[original_rows(profile)]
+    placeable = np.isfinite(latency)
+    if placeable.any():
+        accuracy = np.where(placeable, accuracy, -np.inf)
     names = profile.variant_names
     if mode == "ao":
         index = int(np.lexsort((latency, -accuracy))[0])

@@ -18,15 +18,15 @@ task's variant *and processor set* for the load:
    summed stage time, longest loaded latency)``; the summed loaded latency; the total work.
 
 A long chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
-Runtime's intra-op pool) may borrow the other processors' cores **while they are idle**
-(``Plan.wide``): the runtime keeps a wide twin of each of its subgraphs beside the one-thread
-one and runs a stage on the twin only when every other processor has nothing running or
-queued. On the paper's closed loop the longest chain bounds the run and the short tasks leave
-their processor idle most of the time (and wholly once they are done); a stage borrows that
-core instead of leaving it idle, and never takes it from a task that needs it. A request that
-arrives meanwhile waits for the borrowed stage to end (the loan is exclusive), so a chain is marked
-wide only when no task elsewhere would miss its latency SLO for that. The estimates stay those
-of one thread (what the chain takes when the others are busy).
+Runtime's intra-op pool, OpenVINO's CPU threads) may borrow the other processors' cores **while
+they are idle** (``Plan.wide``): the runtime keeps a wide twin of each of its subgraphs beside
+the one-thread one and runs a stage on the twin only when every other processor has nothing
+running or queued. On the paper's closed loop the longest chain bounds the run and the short
+tasks leave their processor idle most of the time (and wholly once they are done); a stage
+borrows that core instead of leaving it idle, and never takes it from a task that needs it. A
+request that arrives meanwhile waits for the borrowed stage to end (the loan is exclusive), so
+a chain is marked wide only when no task elsewhere would miss its latency SLO for that. The
+estimates stay those of one thread (what the chain takes when the others are busy).
 
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
+from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO, Plan
 from sparseloom.plan.feasible import TaskChoice, accuracy_rows, build_plan, order_text
 from sparseloom.plan.orders import handoff_per_order, paper_orders
@@ -102,7 +103,8 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
             longest[:, processor] = np.maximum(longest[:, processor], run)
         keys = np.column_stack([work, chain])
         uses = np.isin(np.arange(n_processors), order)
-        for index in _pareto(keys):
+        runnable = np.flatnonzero(np.isfinite(chain))  # not through an unfaithful subgraph
+        for index in runnable[_pareto(keys[runnable])]:
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
                                   float(chain[index]), longest[index], uses,
                                   float(stages[index].max())))
@@ -196,7 +198,20 @@ class LoadedPolicy(ProfilePolicy):
             rows = accuracy_rows(profile, slos[name])
             if rows.size == 0:  # none meets it: the most accurate, never a faster one
                 rows = np.array([int(np.argmax(profile.accuracy()))])
-            per_task.append(task_options(profile, rows, placements, count))
+            options = task_options(profile, rows, placements, count)
+            # Every accurate variant runs only where its arithmetic differs from the
+            # profile's: the most accurate variant that runs as measured somewhere.
+            for row in np.argsort(-profile.accuracy(), kind="stable") if not options else ():
+                options = task_options(profile, np.array([row]), placements, count)
+                if options:
+                    break
+            if not options:
+                where = order_text(table, placements[0])
+                raise PlanError(f"task {name!r}: no stitched variant runs on {where} or on one "
+                                f"of its processors with the arithmetic its accuracy was "
+                                f"measured with; profile a processor that computes as the "
+                                f"evaluation processor does")
+            per_task.append(options)
         chosen, latency = choose(per_task, [slos[n].latency_ms for n in names])
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):

@@ -69,10 +69,10 @@ def test_accuracy_is_never_given_up_for_latency() -> None:
 
 
 def test_a_long_chain_on_a_lending_processor_borrows_idle_cores() -> None:
-    # ONNX Runtime can lend cores (its backend has `widened`), OpenVINO here cannot. The long
-    # chain (2 × 5 ms) runs faster on ort:CPU, where it is held: it may borrow ov:CPU's core
-    # while that is idle, at run time; the plan's estimates stay those of one thread. The
-    # short chain (2 × 0.5 ms) is too short to gain from a second thread.
+    # Both backends can run a stage wide (`widened`). The long chain (2 × 5 ms) runs faster
+    # on ort:CPU, where it is held: it may borrow ov:CPU's core while that is idle, at run
+    # time; the plan's estimates stay those of one thread. The short chain (2 × 0.5 ms) is too
+    # short to gain from a second thread.
     long = _one_variant("long", 5.0)
     long.latency_ms[:, :, 0] = 8.0
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
@@ -106,7 +106,7 @@ def test_lending_never_costs_another_task_its_latency_slo(short_slo_ms: float,
     assert plan.wide == (("long",) if lends else ())
 
 
-def test_a_long_chain_on_a_processor_that_cannot_lend_stays_narrow() -> None:
+def test_a_long_chain_with_no_other_processor_stays_narrow() -> None:
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {"long": _one_variant("long", 5.0)})
     plan = LoadedPolicy().plan(["long"], table, ["ov:CPU"], {"long": SLO(0.5, 100.0)})
     assert plan.processors_of("long") == ("ov:CPU", "ov:CPU") and plan.wide == ()
