@@ -36,6 +36,9 @@ class TaskChoice:
         latency_ms: its estimated latency under ``processors``.
         feasible: whether it meets the SLO (estimated).
         reason: why not, for an infeasible task; empty otherwise.
+        served_accuracy: the metric measured for this variant as served on ``processors``
+            (``TaskProfile.served_accuracy``), when the plan relies on it; ``None``: the
+            profile's accuracy of ``row`` applies.
     """
 
     task: str
@@ -44,6 +47,7 @@ class TaskChoice:
     latency_ms: float = attrs.field(converter=float)
     feasible: bool = True
     reason: str = ""
+    served_accuracy: float | None = None
 
 
 def accuracy_rows(profile: TaskProfile, slo: SLO) -> np.ndarray:
@@ -133,6 +137,7 @@ def restrict_profile(table: ProfileTable, processors: Sequence[str]) -> ProfileT
             "latency_ms", "latency_spread_ms", "compile_ms", "load_ms", "memory_bytes",
             "latency_median_ms", "numerics_error")}
         changes["handoff_ms"] = profile.handoff_ms[:, keep][:, :, keep]
+        changes["served_accuracy"] = profile.served_accuracy[:, keep]
         tasks[name] = attrs.evolve(profile, **changes)
     return ProfileTable(table.workload, [table.processors[i] for i in keep], tasks,
                         dict(table.meta))
@@ -143,7 +148,9 @@ def faithful_profile(table: ProfileTable) -> ProfileTable:
     computes it differently from the evaluation processor (``TaskProfile.numerics_error`` over
     :data:`~sparseloom.profile.numerics.NUMERICS_TOLERANCE`): its accuracies were measured on
     that processor's arithmetic only, so a plan that wants the accuracy it reads must not put
-    the subgraph there. ``table`` itself when nothing is flagged.
+    the subgraph there. ``table`` itself when nothing is flagged; otherwise the copy keeps
+    ``table`` as its ``unmasked``, where a policy that reads accuracies measured as served
+    (``TaskProfile.served_accuracy``) finds those variants' latencies.
 
     :raises PlanError: a task has a position no processor computes faithfully.
     """
@@ -167,7 +174,7 @@ def faithful_profile(table: ProfileTable) -> ProfileTable:
     if not tasks:
         return table
     return ProfileTable(table.workload, table.processors, dict(table.tasks) | tasks,
-                        dict(table.meta))
+                        dict(table.meta), unmasked=table)
 
 
 def build_plan(policy: str, table: ProfileTable, choices: Mapping[str, TaskChoice],
@@ -181,8 +188,11 @@ def build_plan(policy: str, table: ProfileTable, choices: Mapping[str, TaskChoic
         picked = profile.choices([choice.row])[0]
         variants[task] = StitchedVariant(task, tuple(int(c) for c in picked))
         latency[task] = choice.latency_ms
-        accuracy[task] = float(profile.accuracy()[choice.row])
-        measured[task] = bool(np.isfinite(profile.accuracy_measured[choice.row]))
+        if choice.served_accuracy is not None:
+            accuracy[task], measured[task] = float(choice.served_accuracy), True
+        else:
+            accuracy[task] = float(profile.accuracy()[choice.row])
+            measured[task] = bool(np.isfinite(profile.accuracy_measured[choice.row]))
         assignment[task] = tuple(names[p] for p in choice.processors)
     return Plan(
         policy=policy, order=tuple(names[int(p)] for p in order), variants=variants,

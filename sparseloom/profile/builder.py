@@ -13,7 +13,10 @@ Per task, instead of V**S accuracy runs and V**S·P! latency runs:
    hand-off cost of every boundary for every processor pair (:mod:`sparseloom.profile.measure`);
 5. *accuracy samples*: the V originals plus N − V random stitched variants are measured
    exactly with prefix sharing, an accuracy estimator chosen by name is trained on them and
-   predicts all V**S stitched variants.
+   predicts all V**S stitched variants;
+6. *served accuracy*: where a processor computes some subgraphs differently, the stitched
+   variants a plan could want there are measured exactly on it (:mod:`sparseloom.profile.
+   served`), so a chain may run in that arithmetic at the accuracy it serves.
 
 Each unit is cached as soon as it is measured (:class:`~sparseloom.profile.store.
 ProfileStore`), so an interrupted run resumes; observers hear of the finished table through
@@ -56,6 +59,7 @@ from sparseloom.profile.options import (
     resolve_processors,
     zoo_for,
 )
+from sparseloom.profile.served import served_accuracy
 from sparseloom.profile.store import ProfileStore
 from sparseloom.profile.table import ProfileTable, TaskProfile
 from sparseloom.zoo.tensors import dense_activations, take_batch
@@ -207,6 +211,7 @@ def _profile_task(
         memory_bytes=measurement["memory_bytes"],
         handoff_ms=handoff, accuracy_estimated=estimated, accuracy_measured=accuracy_measured,
         fidelity_error=fidelity, numerics_error=numerics)
+    profile.served_accuracy = served_accuracy(task, zoo, profile, processors, timings)
     if "chain_ms" in measurement:
         chains = list(zip(measurement["chain_choices"].tolist(),
                           measurement["chain_orders"].tolist(), strict=True))

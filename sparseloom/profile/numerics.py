@@ -138,8 +138,12 @@ def describe_unfaithful(table: Any, evaluation_processor: str) -> list[str]:
     lines = []
     for processor, tasks in unfaithful_summary(table).items():
         listed = "; ".join(f"{task}: {', '.join(pairs)}" for task, pairs in tasks.items())
+        index = list(table.processors).index(processor)
+        served = sum(int(np.isfinite(p.served_accuracy[:, index]).sum())
+                     for p in table.tasks.values())
         lines.append(f"numerics: {processor} computes these subgraphs differently from "
                      f"{evaluation_processor}, where the accuracies were measured (relative "
                      f"output difference > {NUMERICS_TOLERANCE:g}); the planner keeps them off "
-                     f"it: {listed}")
+                     f"it, except the {served} stitched variant(s) whose accuracy was measured "
+                     f"as served there (whole chains, sparseloom-loaded): {listed}")
     return lines

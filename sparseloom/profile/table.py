@@ -43,11 +43,12 @@ ARRAY_FIELDS: dict[str, type] = {
     "latency_median_ms": np.float64,
     "chain_fit": np.float64,
     "numerics_error": np.float64,
+    "served_accuracy": np.float32,
 }
 
 #: Fields a table may lack (written by older versions); they get their documented defaults.
 OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit",
-                             "numerics_error"})
+                             "numerics_error", "served_accuracy"})
 
 ChoicesLike = Sequence[int] | np.ndarray
 
@@ -91,6 +92,10 @@ class TaskProfile:
             from the evaluation processor's, on which every accuracy was measured (S, V, P;
             :mod:`sparseloom.profile.numerics`); NaN where it could not be compared, 0 in a
             table written before it was measured.
+        served_accuracy: the metric of stitched variant (row) measured exactly with every
+            position on processor p, in p's own arithmetic (V**S, P;
+            :mod:`sparseloom.profile.served`): measured only where p computes some of the
+            variant's subgraphs differently from the evaluation processor, NaN elsewhere.
     """
 
     task: str
@@ -111,6 +116,7 @@ class TaskProfile:
     latency_median_ms: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
     chain_fit: np.ndarray = attrs.field(factory=lambda: np.array([1.0, 0.0]))
     numerics_error: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
+    served_accuracy: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0)))
 
     def __attrs_post_init__(self) -> None:
         for name, dtype in ARRAY_FIELDS.items():
@@ -123,6 +129,9 @@ class TaskProfile:
             self.latency_median_ms = self.latency_ms.copy()
         if self.numerics_error.size == 0:
             self.numerics_error = np.zeros(self.latency_ms.shape)
+        if self.served_accuracy.size == 0:
+            self.served_accuracy = np.full((self.n_stitched, self.latency_ms.shape[2]), np.nan,
+                                           dtype=np.float32)
         self.check()
 
     @property
@@ -149,6 +158,7 @@ class TaskProfile:
             "handoff_ms": (max(s - 1, 0), p, p), "accuracy_estimated": (v**s,),
             "accuracy_measured": (v**s,), "fidelity_error": (s, v),
             "latency_median_ms": (s, v, p), "chain_fit": (2,), "numerics_error": (s, v, p),
+            "served_accuracy": (v**s, p),
         }
         for name, shape in expected.items():
             if getattr(self, name).shape != shape:
@@ -262,6 +272,10 @@ class ProfileTable:
     processors: tuple[str, ...] = attrs.field(converter=_strings)
     tasks: dict[str, TaskProfile] = attrs.field(factory=dict)
     meta: dict[str, Any] = attrs.field(factory=dict)
+    #: The table before :func:`~sparseloom.plan.feasible.faithful_profile` masked it (``None``
+    #: for a table as measured): where a variant's accuracy was measured as served on a
+    #: processor (``TaskProfile.served_accuracy``), its latencies come from here.
+    unmasked: ProfileTable | None = attrs.field(default=None, kw_only=True, repr=False)
 
     def task(self, name: str) -> TaskProfile:
         """The profile of task ``name``."""

@@ -25,3 +25,18 @@ def tiny_zoos(tiny: Any) -> dict[str, Any]:
 
     return {task.name: build_zoo(task, ZooOptions(subgraphs=2, variants=VARIANTS), progress=False)
             for task in tiny.tasks}
+
+
+@pytest.fixture(scope="module")
+def tiny_activations(tiny: Any, tiny_zoos: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+    """tiny's first task, its zoo, and the dense prefix's activations at every position on
+    16 calibration rows (what the numerics check feeds each subgraph)."""
+    from sparseloom.zoo.evaluate import SubgraphRunner
+    from sparseloom.zoo.tensors import dense_activations, take_batch
+
+    task = tiny.tasks[0]
+    zoo = tiny_zoos[task.name]
+    with SubgraphRunner() as runner:
+        activations, _ = dense_activations(zoo, take_batch(task.calibration_inputs, 0, 16),
+                                           runner.run)
+    return task, zoo, activations

@@ -13,8 +13,6 @@ from sparseloom.core.hookspecs import hookimpl
 from sparseloom.core.processors import get_processor
 from sparseloom.core.types import Processor
 from sparseloom.profile.numerics import NUMERICS_TOLERANCE, numerics_errors, output_difference
-from sparseloom.zoo.evaluate import SubgraphRunner
-from sparseloom.zoo.tensors import dense_activations, take_batch
 from tests.plugins.backends.protocol_only import ProtocolOnlyBackend
 
 
@@ -49,13 +47,9 @@ PLUGIN = SimpleNamespace(sparseloom_register_backends=hookimpl(
 
 
 def test_each_processor_is_compared_with_the_evaluation_processor(
-        tiny: Any, tiny_zoos: dict[str, Any], register_plugin: Any) -> None:
+        tiny_activations: tuple[Any, Any, list[Any]], register_plugin: Any) -> None:
     register_plugin(PLUGIN, "perturbing-backend")
-    task = tiny.tasks[0]
-    zoo = tiny_zoos[task.name]
-    with SubgraphRunner() as runner:
-        activations, _ = dense_activations(zoo, take_batch(task.calibration_inputs, 0, 16),
-                                           runner.run)
+    _task, zoo, activations = tiny_activations
     processors = [get_processor("ort:CPU"), get_processor("ov:CPU"),
                   get_processor("perturb:CPU"), Processor("gone:CPU", "gone", "CPU")]
     errors, unchecked = numerics_errors(zoo, activations, processors, "ort:CPU")

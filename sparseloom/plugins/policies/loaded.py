@@ -16,6 +16,11 @@ task's variant *and processor set* for the load:
    one option per task minimising, in order: the tasks whose *loaded* latency estimate misses
    their latency SLO; the closed-loop makespan per round of requests, ``max(busiest processor's
    summed stage time, longest loaded latency)``; the summed loaded latency; the total work.
+4. A processor whose arithmetic differs from the evaluation processor's (the numerics check:
+   OpenVINO ``bf16``, OpenVINO's own ``int8`` kernels) takes a whole chain when the profile
+   measured that variant's accuracy *as served* there (``TaskProfile.served_accuracy``,
+   :mod:`sparseloom.profile.served`) and it meets the SLO (:func:`served_options`); the plan
+   reports that served accuracy. Every other chain through a flagged subgraph stays off it.
 
 A long chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
 Runtime's intra-op pool, OpenVINO's CPU threads) may borrow the other processors' cores **while
@@ -71,6 +76,8 @@ class Option:
             consecutive stages on one processor run in place, so they count as one.
         uses: whether the chain runs on each processor, (P,).
         longest_stage_ms: the longest single stage of the chain.
+        served_accuracy: the metric measured for ``row`` served on ``placement``'s processor
+            (:func:`served_options`); ``None`` for an option read from the faithful profile.
     """
 
     row: int
@@ -80,6 +87,7 @@ class Option:
     longest_ms: np.ndarray = attrs.field(eq=False)
     uses: np.ndarray = attrs.field(eq=False)
     longest_stage_ms: float
+    served_accuracy: float | None = None
 
 
 def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],
@@ -108,6 +116,25 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
                                   float(chain[index]), longest[index], uses,
                                   float(stages[index].max())))
+    return options
+
+
+def served_options(table: ProfileTable, task: str, accuracy_slo: float,
+                   placements: Sequence[Sequence[int]], n_processors: int) -> list[Option]:
+    """The options of ``task`` whose whole chain sits on one processor that computes some of
+    its subgraphs differently from the evaluation processor, where the variant's metric was
+    measured *as served* there (``TaskProfile.served_accuracy``, :mod:`sparseloom.profile.
+    served`) and meets ``accuracy_slo``. Latencies come from the table before the numerics
+    mask (``table.unmasked``); each option carries its served accuracy."""
+    profile = (table.unmasked or table).task(task)
+    options: list[Option] = []
+    for placement in placements:
+        if len(set(placement)) != 1:
+            continue  # a mixed chain's accuracy as served is never measured
+        served = profile.served_accuracy[:, placement[0]]
+        rows = np.flatnonzero(np.nan_to_num(served, nan=-np.inf) >= accuracy_slo)
+        options += [attrs.evolve(option, served_accuracy=float(served[option.row]))
+                    for option in task_options(profile, rows, [placement], n_processors)]
     return options
 
 
@@ -196,15 +223,17 @@ class LoadedPolicy(ProfilePolicy):
         for name in names:
             profile = table.task(name)
             rows = accuracy_rows(profile, slos[name])
-            if rows.size == 0:  # none meets it: the most accurate, never a faster one
+            served = served_options(table, name, slos[name].accuracy, placements, count)
+            if rows.size == 0 and not served:  # none meets it: the most accurate, never faster
                 rows = np.array([int(np.argmax(profile.accuracy()))])
-            options = task_options(profile, rows, placements, count)
-            # Every accurate variant runs only where its arithmetic differs from the
-            # profile's: the most accurate variant that runs as measured somewhere.
-            for row in np.argsort(-profile.accuracy(), kind="stable") if not options else ():
-                options = task_options(profile, np.array([row]), placements, count)
-                if options:
-                    break
+            options = task_options(profile, rows, placements, count) + served
+            if not options:
+                # Every accurate variant runs only where its arithmetic differs from the
+                # profile's: the most accurate variant that runs as measured somewhere.
+                for row in np.argsort(-profile.accuracy(), kind="stable"):
+                    options = task_options(profile, np.array([row]), placements, count)
+                    if options:
+                        break
             if not options:
                 where = order_text(table, placements[0])
                 raise PlanError(f"task {name!r}: no stitched variant runs on {where} or on one "
@@ -216,7 +245,9 @@ class LoadedPolicy(ProfilePolicy):
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):
             slo = slos[name]
-            accurate = table.task(name).accuracy()[option.row] >= slo.accuracy
+            accuracy = (table.task(name).accuracy()[option.row]
+                        if option.served_accuracy is None else option.served_accuracy)
+            accurate = accuracy >= slo.accuracy
             reason = ""
             if not accurate:
                 reason = (f"accuracy unreachable: no stitched variant reaches {slo.accuracy:.4f}; "
@@ -226,7 +257,7 @@ class LoadedPolicy(ProfilePolicy):
                           f"other tasks sharing {order_text(table, option.placement)}, SLO "
                           f"{slo.latency_ms:.3f} ms")
             choices[name] = TaskChoice(name, option.row, option.placement, loaded,
-                                       not reason, reason)
+                                       not reason, reason, option.served_accuracy)
         plan = build_plan(self.name, table, choices, order, slos, 0.0)
         lending = _lending(table) if self.lend_idle and count > 1 else []
         slo_ms = np.array([slos[n].latency_ms for n in names])

@@ -1,0 +1,99 @@
+"""Accuracy as served: stitched variants measured exactly on a processor whose arithmetic differs.
+
+The numerics check (:mod:`sparseloom.profile.numerics`) keeps a subgraph off a processor that
+computes it differently from the evaluation processor, because every accuracy in the profile
+was measured there. That is safe, and on some machines it forbids the fastest arithmetic
+there is: on an Intel Xeon with AMX, OpenVINO's ``INFERENCE_PRECISION_HINT=bf16`` ran dense
+sentiment 2.98× faster than f32 on one thread (``benchmarks/sentiment_precision.py``), and
+every bf16 subgraph is flagged.
+
+This step measures, exactly and on the flagged processor itself, the stitched variants a plan
+could want there: for each task and each processor ``p`` that computes some of its subgraphs
+differently, the Pareto front of (accuracy, latency of the whole chain on ``p``) over every
+stitched variant, keeping the :data:`SERVED_CANDIDATES` most accurate variants of the front
+that pass through a flagged subgraph. Each is run with every position on ``p`` — its own
+backend and options (the precision hint), on every core — over the task's whole eval set
+(:func:`sparseloom.zoo.evaluate.evaluate_stitched`, so the metric store keyed by ``p``'s spec
+keeps them: a variant is never measured twice). The result is
+``TaskProfile.served_accuracy`` (V**S, P), NaN where not measured.
+
+``sparseloom-loaded`` may then keep a task's whole chain on ``p`` with one of those variants,
+judged by its served accuracy (:func:`sparseloom.plugins.policies.loaded.served_options`);
+every other placement, and every other policy, still obeys the numerics check. Mixed chains
+(some positions on ``p``, some elsewhere) are not measured: their number grows as P**S.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sparseloom.core.types import Processor
+
+log = logging.getLogger(__name__)
+
+#: Stitched variants measured per (task, flagged processor): the most accurate of the
+#: (accuracy, latency) front through a flagged subgraph. On ``default`` with a bf16 OpenVINO
+#: processor (V = 10, S = 2) the fronts held 2–7 such variants, 0.3–4.1 s of evaluation per
+#: task; an SLO within a few points of dense is met by the top few.
+SERVED_CANDIDATES = 8
+
+
+def served_candidates(profile: Any, processor: int, count: int = SERVED_CANDIDATES
+                      ) -> np.ndarray:
+    """Rows worth measuring on ``processor`` (index): the ``count`` most accurate variants of
+    the front of (accuracy ↑, whole-chain latency on ``processor`` ↓) that run some subgraph
+    ``processor`` computes differently. Empty when it computes every subgraph faithfully."""
+    from sparseloom.profile.numerics import unfaithful_pairs
+
+    flagged = unfaithful_pairs(profile.numerics_error)[:, :, processor]  # (S, V)
+    if not flagged.any():
+        return np.zeros(0, dtype=np.int64)
+    order = np.full(profile.n_positions, processor, dtype=np.int64)
+    latency = profile.latency_all(order)
+    accuracy = profile.accuracy()
+    front: list[int] = []
+    best = -np.inf
+    for row in np.lexsort((-accuracy, latency)):  # fastest first, the more accurate on ties
+        if np.isfinite(latency[row]) and accuracy[row] > best:
+            front.append(int(row))
+            best = float(accuracy[row])
+    choices = profile.choices(np.asarray(front, dtype=np.int64))
+    positions = np.arange(profile.n_positions)
+    through = [row for row, picked in zip(front, choices, strict=True)
+               if flagged[positions, picked].any()]
+    return np.asarray(sorted(through, key=lambda r: -accuracy[r])[:count], dtype=np.int64)
+
+
+def served_accuracy(task: Any, zoo: Any, profile: Any, processors: Sequence[Processor],
+                    timings: dict[str, Any]) -> np.ndarray:
+    """The (V**S, P) metric of :func:`served_candidates` measured on their processor (NaN
+    elsewhere); the seconds it took go to ``timings["served"]``. A processor this process
+    cannot run stays NaN, with a warning (its variants stay off it, as the numerics check
+    has it)."""
+    from sparseloom.core.processors import allowed_cores
+    from sparseloom.profile.numerics import comparison_spec
+    from sparseloom.zoo.evaluate import evaluate_stitched
+
+    started = time.perf_counter()
+    served = np.full((profile.n_stitched, len(processors)), np.nan, dtype=np.float32)
+    cores = allowed_cores()
+    for index, processor in enumerate(processors):
+        rows = served_candidates(profile, index)
+        if rows.size == 0:
+            continue
+        try:
+            report = evaluate_stitched(zoo, task, [tuple(c) for c in profile.choices(rows)],
+                                       processor=comparison_spec(processor, cores))
+        except Exception as error:  # a processor this process cannot run (another node's)
+            log.warning("profiling: cannot measure %s's variants as served on %s (%s); they "
+                        "stay off it", task.name, processor.name, error)
+            continue
+        for choices, metric in report.metrics.items():
+            served[profile.index(choices), index] = metric
+    timings["served"] = time.perf_counter() - started
+    return served
