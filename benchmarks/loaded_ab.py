@@ -1,0 +1,106 @@
+"""``sparseloom-loaded`` with and without one of its options, side by side, interleaved.
+
+Figures behind docs/results.md and docs/plan.md. Per round it prints each policy's figure,
+its wide stages, switches and per-task p90s, so a round's result can be traced to the option
+(``lend_idle``: idle lending, session 8), on the closed scenario or the grid, on the default
+processors or those given with ``-p``:
+
+    .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
+    .venv/bin/python benchmarks/loaded_ab.py --scenario grid --rounds 2 \
+        -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
+
+Run it on a quiet machine (1-minute load <= 0.5). The policy without the option is
+``sparseloom-loaded`` with that option false, registered here as ``sparseloom-loaded-no-<option>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+
+import numpy as np
+
+from sparseloom.core.hookspecs import RegisterFn, hookimpl
+
+OPTIONS = ("lend_idle",)
+
+
+class _Without:
+    def __init__(self, option: str) -> None:
+        self.option = option
+
+    @property
+    def name(self) -> str:
+        return f"sparseloom-loaded-no-{self.option.replace('_', '-')}"
+
+    @hookimpl
+    def sparseloom_register_policies(self, register: RegisterFn) -> None:
+        from sparseloom.plugins.policies.loaded import LoadedPolicy
+
+        register(self.name, functools.partial(LoadedPolicy, **{self.option: False}),
+                 capabilities=("stitched", "partitioned"),
+                 description=f"sparseloom-loaded with {self.option}=False "
+                             "(benchmarks/loaded_ab.py)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="default")
+    parser.add_argument("--off", choices=OPTIONS, default="lend_idle")
+    parser.add_argument("--scenario", choices=("closed", "grid"), default="closed")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("-p", "--processor", action="append", default=[])
+    args = parser.parse_args()
+
+    from sparseloom.api import build_zoos
+    from sparseloom.core.registry import get_registry
+    from sparseloom.evaluation import serve_scenarios
+    from sparseloom.evaluation.contenders import ServeContext, select_contenders
+    from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
+    from sparseloom.evaluation.stock import openvino_precision
+    from sparseloom.profile.builder import build_profile
+    from sparseloom.runtime.heap import SURVIVOR_FREEZE
+    from sparseloom.runtime.models import keep_loaded
+    from sparseloom.runtime.session import profile_processors
+    from sparseloom.workload.load import load_workload
+
+    SURVIVOR_FREEZE.install()  # as the console script runs
+    without = _Without(args.off)
+    get_registry().register_plugin(without, "loaded-ab", distribution="benchmarks", version="0")
+    workload = load_workload(args.workload, progress=False)
+    zoos = build_zoos(workload, progress=False)
+    profile = build_profile(workload, zoos=zoos, progress=False,
+                            processors=args.processor or None)
+    processors = profile_processors(profile)
+    cores = tuple(sorted({c for p in processors for c in p.cores}))
+    context = ServeContext(workload, profile, zoos, cores, openvino_precision(processors))
+    recorder = Recorder(None)
+    contenders = select_contenders(["sparseloom-loaded", without.name])
+    print(f"1-minute load before: {os.getloadavg()[0]:.2f}")
+    with keep_loaded():
+        if args.scenario == "closed":
+            serve_scenarios.closed(context, contenders, BenchOptions(rounds=args.rounds),
+                                   recorder)
+        else:
+            serve_scenarios.grid(context, contenders, BenchOptions(grid_rounds=args.rounds),
+                                 recorder)
+    figure = "throughput_rps" if args.scenario == "closed" else "violation_rate"
+    values: dict[tuple[str, float], list[float]] = {}
+    for run in recorder.runs_of(args.scenario):
+        summary = run["summary"]
+        value = run["figures"][figure]
+        values.setdefault((run["contender"], run.get("k", 0.0)), []).append(value)
+        p90 = {t.task: round(t.latency.p90_ms, 2) for t in summary.tasks}
+        where = f" k={run['k']:g} level={run['level']}" if args.scenario == "grid" else ""
+        print(f"round {run['round']}{where} {run['contender']:32s} {figure} {value:8.2f}  "
+              f"wide stages {sum(summary.wide_stages.values()):4d}  switches "
+              f"{summary.switches}  p90 ms {p90}")
+    for (name, k), got in values.items():
+        label = f"{name} k={k:g}" if args.scenario == "grid" else name
+        print(f"{label}: median {np.median(got):.2f} [{min(got):.2f}-{max(got):.2f}] {figure} "
+              f"over {len(got)} runs")
+
+
+if __name__ == "__main__":
+    main()
