@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Stitched variants measured per (task, flagged processor): the most accurate of the
 #: (accuracy, latency) front through a flagged subgraph. On ``default`` with a bf16 OpenVINO
-#: processor (V = 10, S = 2) the fronts held 2–7 such variants, 0.3–4.1 s of evaluation per
-#: task; an SLO within a few points of dense is met by the top few.
+#: processor (V = 10, S = 2; one profile run on an AMX Xeon) the fronts held 2–7 such variants,
+#: 0.3–4.1 s of evaluation per task; an SLO within a few points of dense is met by the top few.
 SERVED_CANDIDATES = 8
 
 
