@@ -50,6 +50,15 @@ class TaskChoice:
     served_accuracy: float | None = None
 
 
+def choice_accuracy(profile: TaskProfile, row: int, served_accuracy: float | None
+                    ) -> tuple[float, bool]:
+    """The metric a choice serves and whether it was measured exactly: its served accuracy
+    when the plan relies on one (measured), else the profile's of ``row``."""
+    if served_accuracy is not None:
+        return float(served_accuracy), True
+    return float(profile.accuracy()[row]), bool(np.isfinite(profile.accuracy_measured[row]))
+
+
 def accuracy_rows(profile: TaskProfile, slo: SLO) -> np.ndarray:
     """Rows of the stitched variants whose (measured, else estimated) metric meets the SLO."""
     return np.flatnonzero(profile.accuracy() >= slo.accuracy)
@@ -188,11 +197,8 @@ def build_plan(policy: str, table: ProfileTable, choices: Mapping[str, TaskChoic
         picked = profile.choices([choice.row])[0]
         variants[task] = StitchedVariant(task, tuple(int(c) for c in picked))
         latency[task] = choice.latency_ms
-        if choice.served_accuracy is not None:
-            accuracy[task], measured[task] = float(choice.served_accuracy), True
-        else:
-            accuracy[task] = float(profile.accuracy()[choice.row])
-            measured[task] = bool(np.isfinite(profile.accuracy_measured[choice.row]))
+        accuracy[task], measured[task] = choice_accuracy(profile, choice.row,
+                                                         choice.served_accuracy)
         assignment[task] = tuple(names[p] for p in choice.processors)
     return Plan(
         policy=policy, order=tuple(names[int(p)] for p in order), variants=variants,

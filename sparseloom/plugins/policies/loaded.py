@@ -49,7 +49,13 @@ import numpy as np
 
 from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO, Plan
-from sparseloom.plan.feasible import TaskChoice, accuracy_rows, build_plan, order_text
+from sparseloom.plan.feasible import (
+    TaskChoice,
+    accuracy_rows,
+    build_plan,
+    choice_accuracy,
+    order_text,
+)
 from sparseloom.plan.orders import handoff_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
@@ -245,8 +251,7 @@ class LoadedPolicy(ProfilePolicy):
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):
             slo = slos[name]
-            accuracy = (table.task(name).accuracy()[option.row]
-                        if option.served_accuracy is None else option.served_accuracy)
+            accuracy, _ = choice_accuracy(table.task(name), option.row, option.served_accuracy)
             accurate = accuracy >= slo.accuracy
             reason = ""
             if not accurate:
