@@ -2,10 +2,12 @@
 
 Figures behind docs/results.md and docs/plan.md. Per round it prints each policy's figure,
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
-(``lend_idle``: idle lending, session 8), on the closed scenario or the grid, on the default
-processors or those given with ``-p``:
+(``lend_idle``: idle lending, session 8; ``merge_chains``: merged chains, session 11), on the
+closed scenario or the grid, on the default processors or those given with ``-p``:
 
     .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
+    .venv/bin/python benchmarks/loaded_ab.py --off merge_chains --rounds 5 \
+        -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
     .venv/bin/python benchmarks/loaded_ab.py --scenario grid --rounds 2 \
         -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
 
@@ -23,7 +25,7 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lend_idle",)
+OPTIONS = ("lend_idle", "merge_chains")
 
 
 class _Without:

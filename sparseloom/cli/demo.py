@@ -51,10 +51,14 @@ class _Steps:
               help="Folder for the Pareto figures, CSVs and the validation report.")
 @click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True,
               help="Stitched variants measured per task for the Pareto figures.")
+@click.option("--processor", "-p", "processors", multiple=True,
+              help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
+                   "-p`; default the workload's, else the default set, with OpenVINO in the "
+                   "precision it picks for this CPU (bf16 where the CPU computes bf16).")
 @click.pass_context
 def demo_command(
     ctx: click.Context, workload: str, subgraphs: int | None, out_dir: Path, sample: int,
-    variants: str | None = None,
+    variants: str | None = None, processors: tuple[str, ...] = (),
 ) -> None:
     """Build a workload's tasks and zoos, plot their Pareto fronts and validate the profiler.
 
@@ -84,13 +88,16 @@ def demo_command(
     steps.begin(f"Workload {workload!r}: real data, trained models (built on the first run, "
                 "then taken from the cache)", "workload")
     ctx.invoke(build_command, workload=workload)
+    processors, why = demo_processors(workload, processors)
+    click.echo(f"processors: {', '.join(processors)} ({why})" if processors else
+               f"processors: {why}")
     steps.begin("Subgraph zoos: partition the dense model, compress each piece", "zoos")
     ctx.invoke(zoo_build_command, workload=workload, subgraphs=subgraphs, variants=variants)
     steps.begin("Stitched variants vs the originals (paper Fig. 4)", "pareto")
     loaded = load_workload(workload, progress=True)
-    processors = _processors(loaded)
+    placed_on = _processors(loaded)
     count = _subgraphs(loaded, subgraphs)
-    placement = [processors[j % len(processors)] for j in range(count)]
+    placement = [placed_on[j % len(placed_on)] for j in range(count)]
     rows = []
     for task in loaded.tasks:
         zoo = build_zoo(task, _options(loaded, count, variants))
@@ -121,33 +128,69 @@ def demo_command(
     # (`sparseloom profile WORKLOAD --validate`), which multiply its run time.
     click.echo(f"shortened validation: one training draw, no estimator ablation; the full "
                f"report is `sparseloom profile {workload} --validate`")
-    ctx.invoke(profile_command, workload=workload, subgraphs=subgraphs, variants=variants,
-               validate=True,
+    ctx.invoke(profile_command, workload=workload, processors=processors,
+               subgraphs=subgraphs, variants=variants, validate=True,
                no_ablation=True, redraws=1, out=out_dir / "profile")
     from sparseloom.cli.bench_serve import serve_command
     from sparseloom.cli.run import run_command
 
-    slos, queries = _demo_serving(workload)
+    slos, queries = _demo_serving(workload, processors)
     steps.begin(f"Serving every task at once with `{DEMO_POLICY}` (the runtime), each task at "
                 f"its dense metric − 1 point and {DEMO_K:g} × its isolated dense latency, "
                 f"{queries} requests per task (the largest eval set, so the accuracy measured "
                 f"is the served variant's, not a sample's)", "run")
     ctx.invoke(run_command, workload=workload, policy=DEMO_POLICY, queries=queries,
+               processors=processors,
                slos=tuple(f"{t}={s.accuracy!r},{s.latency_ms!r}" for t, s in slos.items()))
     steps.begin("sparseloom against the stock runtimes, side by side (`sparseloom bench serve "
                 f"{workload} --quick`; the full benchmark is without --quick)", "bench")
     ctx.invoke(serve_command, workload=workload, quick=True, contenders=DEMO_CONTENDERS,
-               out=out_dir / "bench")
+               processors=processors, out=out_dir / "bench")
     click.echo("\n" + steps.summary())
 
 
 #: What the demo serves with, at which latency multiplier, and whom it compares it with.
 DEMO_POLICY = "sparseloom-loaded"
 DEMO_K = 10.0
-DEMO_CONTENDERS = ("sparseloom", "sparseloom-loaded", "stock-ort", "stock-ov", "picks-ort")
+DEMO_CONTENDERS = ("sparseloom", "sparseloom-loaded", "stock-ort", "stock-ov",
+                   "stock-ort-matched", "stock-ov-matched", "picks-ort")
 
 
-def _demo_serving(workload: str) -> tuple[dict[str, Any], int]:
+def demo_processors(workload: str, given: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """The processors the demo profiles and serves on, and why: those ``given``; else the
+    workload's own; else the default set, its OpenVINO CPU processor in the precision
+    OpenVINO itself picks for this CPU (its default ``INFERENCE_PRECISION_HINT``: bf16 on a
+    CPU with AMX or AVX512-BF16, where its accuracy is measured as served,
+    docs/profile.md), since that is what a user of OpenVINO gets out of the box."""
+    from sparseloom.api import load_workload
+
+    if given:
+        return given, "as given with --processor"
+    if load_workload(workload, progress=False).processors:
+        return (), f"the processors the workload {workload!r} names"
+    precision = openvino_cpu_precision()
+    if precision != "bf16":
+        return (), (f"the default set (OpenVINO computes {precision or 'nothing'} on this "
+                    f"CPU by default, as sparseloom's f32 processors do)")
+    return (f"ov:CPU?INFERENCE_PRECISION_HINT={precision}", "ort:CPU"), (
+        "the default set, with OpenVINO in bf16, the precision OpenVINO picks for this CPU "
+        "(accuracy measured as served; `--processor ov:CPU --processor ort:CPU` for f32)")
+
+
+def openvino_cpu_precision() -> str:
+    """OpenVINO's default ``INFERENCE_PRECISION_HINT`` on CPU (``bf16``, ``f32``, ...), or ``""``
+    when OpenVINO or its CPU device is not there."""
+    try:
+        import openvino
+
+        hint = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    except Exception:  # no OpenVINO, no CPU plugin: the default set says what runs
+        return ""
+    return str(hint.get_type_name())  # an openvino.Type: "bf16", "f32", "f16"
+
+
+def _demo_serving(workload: str, processors: tuple[str, ...] = ()
+                  ) -> tuple[dict[str, Any], int]:
     """The serving step's SLOs and requests per task.
 
     SLOs: equal accuracy (dense − 1 point) and :data:`DEMO_K` × the isolated dense latency on
@@ -163,7 +206,7 @@ def _demo_serving(workload: str) -> tuple[dict[str, Any], int]:
     from sparseloom.zoo.load import load_zoo
     from sparseloom.zoo.options import zoo_directory
 
-    loaded, profile = load_profiled(workload, progress=False)
+    loaded, profile = load_profiled(workload, progress=False, processors=processors)
     zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
             for name in profile.tasks}
     context = ServeContext(loaded, profile, zoos, ())

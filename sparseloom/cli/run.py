@@ -30,7 +30,9 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
 @click.option("--memory-budget", default="1.0", show_default=True,
               help="Fraction of full preloading in (0, 1], or bytes when > 1.")
 @click.option("--processor", "-p", "processors", multiple=True,
-              help="Processor to serve on (repeat); default: the profile's.")
+              help="Processor to serve on (repeat); default: the profile's. A spec with "
+                   "options (ov:CPU?INFERENCE_PRECISION_HINT=bf16) is profiled and served as "
+                   "given, as `sparseloom profile -p` takes it.")
 @click.option("--queries", type=int, default=None,
               help="Requests per task [default: 100, or unlimited with --duration].")
 @click.option("--load", "load_kind", type=click.Choice(["closed", "poisson"]),
@@ -188,7 +190,11 @@ def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int
     from sparseloom.core.errors import ConfigError
     from sparseloom.runtime.session import RunConfig, serve
 
-    loaded, profile = load_profiled(workload, progress=progress)
+    # Names select among the default profile's processors; a spec with options is profiled as
+    # given, so that the plan and the runtime use what was measured (never a bf16 processor
+    # served from an f32 profile).
+    specs = processors if any("?" in p for p in processors) else ()
+    loaded, profile = load_profiled(workload, progress=progress, processors=specs)
     unknown = sorted(set(slos) - set(loaded.task_names))
     if unknown:
         raise ConfigError(f"--slo names unknown task(s) {', '.join(map(repr, unknown))}; "

@@ -238,6 +238,9 @@ class Plan:
             on their processor's thread plus one thread on each core of the other processors
             (a backend with ``widened``: ONNX Runtime, and OpenVINO on CPU; others run them as
             usual).
+        merged: tasks whose whole chain is on one processor and is served as its stitched
+            variant merged into one model (:func:`sparseloom.zoo.whole.merged_path`): one call
+            per request instead of one per position, the same operators, no hand-off.
     """
 
     policy: str
@@ -259,6 +262,7 @@ class Plan:
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict, hash=False)
     decision_seconds: float = attrs.field(default=0.0, converter=float)
     wide: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    merged: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         """The processor of each position of ``task``'s chain: its assignment, else the order.

@@ -49,9 +49,8 @@ def _bare_round(runtime: Runtime, worker_name: str, task: RuntimeTask,
     worker = runtime.workers[worker_name]
     route = runtime.states[task.name].route
     assert route is not None
-    calls = [(_bare_call(worker.models[(task.name, j, v)]),
-              worker.models[(task.name, j, v)].input_names)
-             for j, v in enumerate(route.variant.choices)]
+    calls = [(_bare_call(worker.models[key]), worker.models[key].input_names)
+             for key in route.keys]
     eval_inputs = task.task.eval_inputs
     rows: list[Mapping[str, Any]] = [{name: eval_inputs[name][s:s + 1] for name in eval_inputs}
                                      for s in samples]

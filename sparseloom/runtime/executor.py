@@ -33,7 +33,7 @@ from sparseloom.runtime.monitor import WINDOW, LatencyMonitor
 from sparseloom.runtime.records import SwitchEvent
 from sparseloom.runtime.request import RELEASED, Request, Route
 from sparseloom.runtime.taskstate import TaskState, resolve_future
-from sparseloom.runtime.worker import ProcessorWorker, StageHandler
+from sparseloom.runtime.worker import ModelKey, ProcessorWorker, StageHandler
 from sparseloom.workload.arguments import names_attribute, number_field
 
 #: Consecutive failed stages after which a processor is marked down.
@@ -264,7 +264,7 @@ class Runtime(StageHandler):
             request.stage -= 1
             worker.add_pending(-self._expected_ms(request, worker))
             request.stage += 1
-        if request.stage == request.routed.positions:
+        if request.stage == request.routed.stages:
             self._complete(request)
             return None
         following = self._worker_for(request, worker)
@@ -298,7 +298,7 @@ class Runtime(StageHandler):
             self._fail(request, f"{reason}; no other processor is up to retry it on",
                        worker.name)
 
-    def _load_and_retry(self, request: Request, key: tuple[str, int, int],
+    def _load_and_retry(self, request: Request, key: ModelKey,
                         worker: ProcessorWorker, reason: str) -> None:
         try:
             self.loader.load(key, worker, "retry")
@@ -337,7 +337,7 @@ class Runtime(StageHandler):
         request.reason = reason
         route = request.route
         request.failed_on = processor or (route.processors[request.stage] if route is not None
-                                          and request.stage < route.positions else "-")
+                                          and request.stage < route.stages else "-")
         self._finish(request, "failed")
 
     def _finish(self, request: Request, status: str) -> bool:

@@ -166,7 +166,12 @@ class ModelLoader:
         """Compile and load subgraph ``key`` for ``processor``: (loaded, its call, the event)."""
         task_name, position, variant = key
         task = self.tasks[task_name]
-        path = task.zoo.subgraph_path(position, variant)
+        if isinstance(variant, tuple):  # a merged chain (WHOLE): merged once, then cached
+            from sparseloom.zoo.whole import merged_path
+
+            path = merged_path(task.zoo, variant)
+        else:
+            path = task.zoo.subgraph_path(position, variant)
         started = time.perf_counter()
         kept = _KEPT.get((str(path), processor)) if _KEPT is not None else None
         if kept is not None:
@@ -179,14 +184,16 @@ class ModelLoader:
             if _KEPT is not None:
                 _KEPT[(str(path), processor)] = (backend, loaded)
         done = time.perf_counter()
-        boundary = set(task.zoo.boundary(position).input_names)
+        boundary = set(task.zoo.boundary(max(position, 0)).input_names)
         unknown = [name for name in loaded.input_names if name not in boundary]
         if unknown:
             if _KEPT is not None:
                 _KEPT.pop((str(path), processor), None)
             backend.unload(loaded)
+            what = (f"the merged chain {list(variant)}" if isinstance(variant, tuple) else
+                    f"subgraph {position} (variant {variant})")
             raise BackendError(
-                f"subgraph {position} (variant {variant}) of task {task_name!r} reads "
+                f"{what} of task {task_name!r} reads "
                 f"{', '.join(map(repr, unknown))}, which the zoo's boundary does not carry "
                 f"({', '.join(sorted(boundary))}); rebuild the zoo")
         runner = getattr(loaded, "runner", None)
@@ -232,8 +239,8 @@ def rss_bytes() -> int:
 def profile_processors(profile: Any, names: Sequence[str] = ()) -> list[Processor]:
     """The processors a profile was measured on (with its pinning), or the ``names`` given.
 
-    :raises RuntimeServeError: a processor the profile holds is not there any more, or a
-        named one was not profiled.
+    :raises RuntimeServeError: a processor the profile holds is not there any more, a named
+        one was not profiled, or a spec with options differs from what was profiled.
     """
     configs = {str(c["spec"]).partition("?")[0]: c["spec"]
                for c in profile.meta.get("processor_config", [])}
@@ -249,6 +256,12 @@ def profile_processors(profile: Any, names: Sequence[str] = ()) -> list[Processo
                 f"processor {base!r} was not profiled; the profile of {profile.workload!r} "
                 f"holds {', '.join(profile.processors)} (choose among them, or {fix})")
         processor = get_processor(name if "?" in name else configs.get(base, base))
+        if "?" in name and base in configs and processor != get_processor(configs[base]):
+            raise RuntimeServeError(
+                f"processor {name!r} is not the one the profile of {profile.workload!r} "
+                f"measured ({configs[base]}): its stage times and accuracies would not hold; "
+                f"profile with -p {name!r} (`sparseloom profile`, or `run -p` builds it), or "
+                f"name it {base!r} to serve it as profiled")
         if not processor.available:
             raise RuntimeServeError(f"processor {processor.name} of the plan is not available "
                                     f"here ({processor.reason or 'it did not answer'}); "

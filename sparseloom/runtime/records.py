@@ -99,7 +99,8 @@ class LoadEvent:
     """A subgraph compiled and loaded during a run (preload, switch, retry or dispatch).
 
     Attributes:
-        task, position, variant, processor: which subgraph, where.
+        task, position, variant, processor: which subgraph, where; a stitched variant merged
+            into one model (``Plan.merged``) has position ``-1`` and its choices as variant.
         reason: ``preload``, ``switch``, ``retry`` or ``replan``.
         compile_ms: time to compile (a cached artefact is fast).
         load_ms: time to load the compiled artefact.
@@ -109,7 +110,7 @@ class LoadEvent:
 
     task: str
     position: int
-    variant: int
+    variant: int | tuple[int, ...]
     processor: str
     reason: str
     compile_ms: float

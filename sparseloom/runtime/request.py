@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import StitchedVariant
+from sparseloom.runtime.worker import WHOLE, ModelKey
 
 #: What a finished request's inputs and boundary tensors are replaced by (one shared empty
 #: mapping, so ending a request allocates nothing).
@@ -35,20 +36,25 @@ class Route:
         version: the plan version it came from (0 = the first plan, +1 per switch).
         wide: its stages may run wide (``Plan.wide``: threads on the other processors' cores
             too, while those are idle).
+        merged: the whole chain, on one processor, runs as the stitched variant merged into
+            one model (``Plan.merged``): a route of one stage.
     """
 
     variant: StitchedVariant
     processors: tuple[str, ...] = attrs.field(converter=_str_tuple)
     version: int = 0
     wide: bool = False
-    #: ``(task, position, variant)`` of each position, the key a worker finds the model by;
+    merged: bool = attrs.field(default=False)
+    #: The key a worker finds each stage's model by (:data:`~sparseloom.runtime.worker.
+    #: ModelKey`): ``(task, position, variant)`` per position, or the one merged model's;
     #: built once per route so the hot path allocates no key per stage.
-    keys: tuple[tuple[str, int, int], ...] = attrs.field(init=False, eq=False, repr=False)
+    keys: tuple[ModelKey, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         task = self.variant.task
-        object.__setattr__(self, "keys", tuple(
-            (task, position, choice) for position, choice in enumerate(self.variant.choices)))
+        keys: tuple[ModelKey, ...] = ((task, WHOLE, self.variant.choices),) if self.merged \
+            else tuple((task, j, choice) for j, choice in enumerate(self.variant.choices))
+        object.__setattr__(self, "keys", keys)
 
     @processors.validator
     def _check(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -57,6 +63,12 @@ class Route:
                 f"route of {self.variant}: {len(value)} processor(s) for "
                 f"{len(self.variant.choices)} positions; give one processor per position")
 
+    @merged.validator
+    def _check_merged(self, attribute: attrs.Attribute, value: bool) -> None:
+        if value and len(set(self.processors)) != 1:
+            raise ValueError(f"route of {self.variant} on {'>'.join(self.processors)} cannot "
+                             f"run merged: a merged chain runs on one processor")
+
     @property
     def task(self) -> str:
         """The task name."""
@@ -64,17 +76,23 @@ class Route:
 
     @property
     def positions(self) -> int:
-        """S, the number of stages."""
+        """S, the number of positions of the stitched variant."""
         return len(self.processors)
 
+    @property
+    def stages(self) -> int:
+        """The model calls a request makes: S, or 1 for a merged route."""
+        return len(self.keys)
+
     def describe(self) -> str:
-        """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (wide)`` for a wide route)."""
-        return f"{self.variant} @ {'>'.join(self.processors)}{' (wide)' if self.wide else ''}"
+        """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (merged, wide)`` for a merged, wide route)."""
+        flags = ", ".join(f for f, on in (("merged", self.merged), ("wide", self.wide)) if on)
+        return f"{self.variant} @ {'>'.join(self.processors)}{f' ({flags})' if flags else ''}"
 
     def same_path(self, other: Route) -> bool:
-        """Whether ``other`` runs the same subgraphs on the same processors, as wide."""
+        """Whether ``other`` runs the same models on the same processors, as wide."""
         return (self.variant == other.variant and self.processors == other.processors
-                and self.wide == other.wide)
+                and self.wide == other.wide and self.merged == other.merged)
 
 
 @attrs.define(eq=False)
@@ -88,7 +106,8 @@ class Request:
         inputs: the first stage's inputs by name.
         submitted_s: ``time.perf_counter()`` at submission.
         route: the route it takes (fixed at admission, so a switch never changes it midway).
-        stage: the position it runs next (``route.positions`` once done).
+        stage: the stage it runs next: a position, or 0 on a merged route
+            (``route.stages`` once done).
         carried: the boundary tensors the next stage reads.
         ran_on: the processor that ran each finished position (dispatch or retry may differ
             from the route's).

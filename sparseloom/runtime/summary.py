@@ -111,6 +111,9 @@ def request_record(runtime: Runtime, request: Request) -> RequestRecord:
     correct = None
     task = runtime.tasks[request.task].task
     output = request.output
+    ran_on = request.ran_on
+    if route is not None and route.merged:  # its one call ran every position there
+        ran_on = ran_on * route.positions
     if output is not None and request.sample >= 0 and np.ndim(output) == 1 \
             and task.labels.ndim == 1:
         correct = bool(int(np.argmax(output)) == int(task.labels[request.sample]))
@@ -118,7 +121,7 @@ def request_record(runtime: Runtime, request: Request) -> RequestRecord:
         request.request_id, request.task, request.sample, request.status,
         request.submitted_s - runtime.started_s, request.finished_s - runtime.started_s,
         request.latency_ms, ",".join(map(str, route.variant.choices)) if route else "",
-        ">".join(request.ran_on), route.version if route else -1, request.retries, correct,
+        ">".join(ran_on), route.version if route else -1, request.retries, correct,
         request.reason)
 
 

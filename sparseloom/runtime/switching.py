@@ -17,6 +17,7 @@ from sparseloom.core.types import SLO
 from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.request import Route
+from sparseloom.runtime.worker import WHOLE, ModelKey
 
 if TYPE_CHECKING:
     from sparseloom.runtime.executor import Runtime
@@ -47,18 +48,31 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
                 f"the plan places task {task!r} on {', '.join(missing)}, which this run does "
                 f"not have (processors: {', '.join(runtime.workers)}); make the plan again "
                 f"for these processors")
+        merged = _merges(runtime, plan, task, processors, version)
         routes[task] = Route(variant, processors, version,
-                             wide=task in tuple(getattr(plan, "wide", ())))
+                             wide=task in tuple(getattr(plan, "wide", ())), merged=merged)
     return routes
 
 
-def route_keys(runtime: Runtime, route: Route) -> list[tuple[tuple[str, int, int], str]]:
-    """(subgraph, processor) pairs a route needs loaded: its own placement, and with a
+def _merges(runtime: Runtime, plan: Any, task: str, processors: tuple[str, ...],
+            version: int) -> bool:
+    """Whether ``task``'s route runs merged: the plan asks (``Plan.merged``), its chain of
+    more than one position is on one processor, no dispatcher moves single stages, and the
+    merged model is loaded before serving starts (the first plan) or already resident — a
+    switch never merges and compiles a model while the workers serve; it takes the chain,
+    whose subgraphs the preloader keeps resident."""
+    if task not in tuple(getattr(plan, "merged", ())) or len(processors) < 2 \
+            or len(set(processors)) != 1 or runtime.dispatcher is not None:
+        return False
+    key = (task, WHOLE, tuple(int(c) for c in plan.variants[task].choices))
+    return version == 0 or key in runtime.workers[processors[0]].models
+
+
+def route_keys(runtime: Runtime, route: Route) -> list[tuple[ModelKey, str]]:
+    """(model, processor) pairs a route needs loaded: its own placement, and with a
     dispatching policy every processor that is up (it may send the subgraph anywhere)."""
     pairs = []
-    for position, (variant, processor) in enumerate(zip(route.variant.choices,
-                                                        route.processors, strict=True)):
-        key = (route.task, position, variant)
+    for key, processor in zip(route.keys, route.processors, strict=False):
         targets = [processor]
         if runtime.dispatcher is not None:
             targets += [n for n, w in runtime.workers.items() if not w.down and n != processor]
@@ -78,7 +92,7 @@ def lent_cores(runtime: Runtime, processor: str) -> tuple[int, ...]:
                          for c in w.processor.cores} - own))
 
 
-def load_pairs(runtime: Runtime, pairs: Iterable[tuple[tuple[str, int, int], str]],
+def load_pairs(runtime: Runtime, pairs: Iterable[tuple[ModelKey, str]],
                reason: str, wide: Iterable[str] = ()) -> list[LoadEvent]:
     """Load every (subgraph, processor) pair that is not resident (the subgraphs of the
     ``wide`` tasks wide, :attr:`Plan.wide`); return the loads made."""
@@ -100,7 +114,7 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
     from tqdm import tqdm
 
     routes = routes_from_plan(runtime, plan, 0)
-    pairs = []
+    pairs: list[tuple[ModelKey, str]] = []
     for item in getattr(preload, "resident", ()) or ():
         if item.task in runtime.tasks and item.processor in runtime.workers:
             pairs.append(((item.task, int(item.position), int(item.variant)), item.processor))

@@ -117,11 +117,15 @@ def resolve_future(future: Future[Any], request: Request, outputs: Mapping[str, 
             return
         route = request.route
         position = request.stage
-        variant = (f" (variant {route.variant.choices[position]})"
-                   if route is not None and position < route.positions else "")
+        if route is not None and route.merged:
+            where = f"its merged chain {list(route.variant.choices)}"
+        elif route is not None and position < route.positions:
+            where = f"subgraph {position} (variant {route.variant.choices[position]})"
+        else:
+            where = f"subgraph {position}"
         error = RequestFailed(
-            f"request {request.request_id} of task {request.task!r} failed at subgraph "
-            f"{position}{variant} on {request.failed_on}: {request.reason}",
+            f"request {request.request_id} of task {request.task!r} failed at {where} on "
+            f"{request.failed_on}: {request.reason}",
             task=request.task, position=position, processor=request.failed_on,
             reason=request.reason)
         error.__cause__ = request.error

@@ -48,8 +48,11 @@ if TYPE_CHECKING:
 #: How long a processor must have been idle before it lends its cores to a wide stage.
 LEND_AFTER_S = 0.001
 
-#: Key of a resident subgraph on a worker: (task, position, variant).
-ModelKey = tuple[str, int, int]
+#: Key of a resident model on a worker: ``(task, position, variant)`` for a subgraph, or
+#: ``(task, WHOLE, choices)`` for a stitched variant merged into one model (``Plan.merged``).
+ModelKey = tuple[str, int, int | tuple[int, ...]]
+#: The position of a merged model's key: the whole chain.
+WHOLE = -1
 
 
 @attrs.define(eq=False)
@@ -127,13 +130,18 @@ class StageHandler:
         return taken
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
-        """The profile's time of one call of subgraph ``key`` on ``processor`` (0: unknown)."""
+        """The profile's time of one call of model ``key`` on ``processor`` (0: unknown); a
+        merged model's is its chain's, the sum of its subgraphs' (what it replaces)."""
         profile = self.profile
         if profile is None or processor not in profile.processors or key[0] not in \
                 profile.tasks:
             return 0.0
+        task, position, variant = key
         index = list(profile.processors).index(processor)
-        return float(profile.task(key[0]).latency_ms[key[1], key[2], index]) * 1e-3
+        latency = profile.task(task).latency_ms
+        if isinstance(variant, tuple):
+            return float(sum(latency[j, c, index] for j, c in enumerate(variant))) * 1e-3
+        return float(latency[position, variant, index]) * 1e-3
 
     def stage_failed(self, request: Request, worker: ProcessorWorker, error: BaseException
                      ) -> None:
@@ -276,8 +284,8 @@ class ProcessorWorker:
             carried = request.carried
             try:
                 if model is None:
-                    raise LookupError(f"subgraph {position} of {route.variant} is not "
-                                      f"loaded on {name}")
+                    what = "the merged model" if route.merged else f"subgraph {position}"
+                    raise LookupError(f"{what} of {route.variant} is not loaded on {name}")
                 if faults is not None:
                     faults.maybe_fail(self.processor, request, position)
                 runner = model.runner

@@ -16,6 +16,11 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
                  "[4/7] Stitched variants", "[5/7] Profiler", "[6/7] Serving",
                  "[7/7] sparseloom against the stock runtimes"):
         assert step in result.output
+    # It says which processors it profiles and serves on, and why.
+    from sparseloom.cli.demo import openvino_cpu_precision
+
+    line = next(x for x in result.output.splitlines() if x.startswith("processors: "))
+    assert ("INFERENCE_PRECISION_HINT=bf16" in line) == (openvino_cpu_precision() == "bf16")
     assert (tmp_path / "pareto-tiny.png").stat().st_size > 0
     rows = (tmp_path / "pareto-tiny.csv").read_text().splitlines()
     assert rows[0].startswith("kind,choices") and len(rows) == 1 + 10 + 30
@@ -34,3 +39,16 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
         assert any(line.startswith(f"{scenario}: ") for line in closing), closing
     report = tmp_path / "bench" / "report.json"
     assert report.is_file()
+
+
+def test_demo_processors_are_those_given_else_openvino_s_own_precision():
+    from sparseloom.cli import demo
+
+    given = ("ort:CPU",)
+    assert demo.demo_processors("tiny", given) == (given, "as given with --processor")
+    chosen, why = demo.demo_processors("tiny", ())
+    if demo.openvino_cpu_precision() == "bf16":  # a CPU with AMX or AVX512-BF16
+        assert chosen == ("ov:CPU?INFERENCE_PRECISION_HINT=bf16", "ort:CPU") and "bf16" in why
+    else:
+        assert chosen == () and "default set" in why
+    assert demo.openvino_cpu_precision() in ("bf16", "f32", "f16", "")

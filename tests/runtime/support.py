@@ -85,6 +85,19 @@ def plain_onnxruntime(setup: tuple[Any, Any], task_name: str, choices: Sequence[
     return run
 
 
+def answers_in_turn(runtime: Any, task: str, rows: Sequence[int]) -> list[Any]:
+    """Submit eval-set ``rows`` of ``task`` one after another, each after the last answered;
+    return the outputs by name of each."""
+    from concurrent.futures import Future
+
+    answers = []
+    for row in rows:
+        done: Future[Any] = Future()
+        runtime.submit(task, row, future=done)
+        answers.append(done.result(timeout=30))
+    return answers
+
+
 def eval_row(task: Any, sample: int) -> dict[str, np.ndarray]:
     """A task's eval-set row ``sample`` as request inputs (batch 1, a writable copy)."""
     return {name: np.asarray(values[sample:sample + 1]).copy()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -13,15 +12,7 @@ import pytest
 
 from sparseloom.core.types import SLO, StitchedVariant
 from sparseloom.runtime.worker import LEND_AFTER_S
-
-
-def _serve(runtime: Any, task: str, rows: range) -> list[Any]:
-    answers = []
-    for row in rows:
-        done: Future[Any] = Future()
-        runtime.submit(task, row, future=done)
-        answers.append(done.result(timeout=30))
-    return answers
+from tests.runtime.support import answers_in_turn
 
 
 def _started(two_tasks: tuple[Any, Any], processor: str) -> tuple[Any, Any, Any]:
@@ -87,13 +78,13 @@ def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
             str(c + 1) for c in lent)
         # The lender busy (a job holds its thread): every stage runs on one thread.
         runtime.workers[lender].call(lambda: gate.wait(30))
-        busy = _serve(runtime, task, range(3))
+        busy = answers_in_turn(runtime, task, range(3))
         assert worker.wide_stages == 0 and worker.stages_run == 6
         gate.set()
         runtime.drain(30)
         time.sleep(10 * LEND_AFTER_S)
         # The lender idle (for LEND_AFTER_S at least): the stages borrow its core.
-        idle = _serve(runtime, task, range(3, 6))
+        idle = answers_in_turn(runtime, task, range(3, 6))
         assert worker.wide_stages == 6
         # The loan is exclusive: while a stage holds the lender's core, the lender runs nothing
         # (a job queued there waits), and a running lender lends nothing.
@@ -133,7 +124,7 @@ def test_an_openvino_chain_borrows_idle_cores_through_a_twin_pinned_to_both(
         assert model.wide_processor.threads == own.threads + len(lent)
         assert model.wide_processor.cores == (*own.cores, *lent)
         time.sleep(10 * LEND_AFTER_S)
-        answers = _serve(runtime, "digits_a", range(4))
+        answers = answers_in_turn(runtime, "digits_a", range(4))
         assert worker.wide_stages == 8
         _assert_plain_onnxruntime(workload, zoo, answers, rtol=1e-4, atol=1e-5)
     finally:

@@ -22,6 +22,14 @@ task's variant *and processor set* for the load:
    :mod:`sparseloom.profile.served`) and it meets the SLO (:func:`served_options`); the plan
    reports that served accuracy. Every other chain through a flagged subgraph stays off it.
 
+A chain that keeps to one processor is served **merged** (``Plan.merged``; option
+``merge_chains``): its stitched variant merged into one model
+(:func:`sparseloom.zoo.whole.merged_path`), one call per request instead of one per position,
+so the backend sees the whole graph and no boundary tensor is handed over. Measured on the
+long pole of ``default`` (``benchmarks/merged_chain.py``), the chain took 1.16× the merged
+model. The estimates stay the chain's (what the profile measured; the runtime's calibration
+sees the merged model run faster).
+
 A long chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
 Runtime's intra-op pool, OpenVINO's CPU threads) may borrow the other processors' cores **while
 they are idle** (``Plan.wide``): the runtime keeps a wide twin of each of its subgraphs beside
@@ -215,6 +223,9 @@ class LoadedPolicy(ProfilePolicy):
     #: are idle (``Plan.wide``; module doc). Measured on ``bench serve default``: closed-loop
     #: throughput 1.38× that without it, the grid's violation rate unchanged (docs/plan.md).
     lend_idle: bool = attrs.field(default=True, kw_only=True)
+    #: Serve a chain kept on one processor as its stitched variant merged into one model
+    #: (``Plan.merged``; module doc): one call instead of one per position.
+    merge_chains: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -264,13 +275,16 @@ class LoadedPolicy(ProfilePolicy):
             choices[name] = TaskChoice(name, option.row, option.placement, loaded,
                                        not reason, reason, option.served_accuracy)
         plan = build_plan(self.name, table, choices, order, slos, 0.0)
+        merged = tuple(n for n, o in zip(names, chosen, strict=True)
+                       if self.merge_chains and positions > 1 and len(set(o.placement)) == 1)
         lending = _lending(table) if self.lend_idle and count > 1 else []
         slo_ms = np.array([slos[n].latency_ms for n in names])
+        # A wide merged chain borrows the idle cores for its whole chain, one call.
         wide = tuple(n for t, (n, o) in enumerate(zip(names, chosen, strict=True))
                      if _borrows_when_idle(o, lending)
                      and _lending_is_harmless(t, chosen, latency, slo_ms,
-                                              o.longest_stage_ms))
-        return attrs.evolve(plan, wide=wide) if wide else plan
+                                              o.chain_ms if n in merged else o.longest_stage_ms))
+        return attrs.evolve(plan, wide=wide, merged=merged)
 
 
 def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:

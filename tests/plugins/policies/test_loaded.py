@@ -89,21 +89,26 @@ def test_a_long_chain_on_a_lending_processor_borrows_idle_cores() -> None:
     assert narrow.variants == plan.variants and narrow.assignment == plan.assignment
 
 
-@pytest.mark.parametrize(("short_slo_ms", "lends"), [(100.0, True), (6.0, True), (5.9, False)])
-def test_lending_never_costs_another_task_its_latency_slo(short_slo_ms: float,
+@pytest.mark.parametrize(("merge", "short_slo_ms", "lends"), [
+    (False, 100.0, True), (False, 6.0, True), (False, 5.9, False),
+    (True, 11.0, True), (True, 10.9, False)])
+def test_lending_never_costs_another_task_its_latency_slo(merge: bool, short_slo_ms: float,
                                                           lends: bool) -> None:
     # The same two tasks. A borrowed stage holds ov:CPU's core for at most one 5 ms stage of
-    # the long chain; the short task there has a loaded latency of 0.5 + 0.5 = 1 ms by hand.
-    # Lending is allowed while 1 + 5 ms stays within the short task's SLO, and only then.
+    # the long chain, or for its whole 10 ms chain when the chain runs merged (one call);
+    # the short task there has a loaded latency of 0.5 + 0.5 = 1 ms by hand. Lending is
+    # allowed while 1 + 5 (or 1 + 10) ms stays within the short task's SLO, and only then.
     long = _one_variant("long", 5.0)
     long.latency_ms[:, :, 0] = 8.0
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
         "long": long, "short": _one_variant("short", 0.5)})
     slos = {"long": SLO(0.5, 100.0), "short": SLO(0.5, short_slo_ms)}
-    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    plan = LoadedPolicy(merge_chains=merge).plan(list(table.tasks), table,
+                                                 list(table.processors), slos)
     assert plan.processors_of("short") == ("ov:CPU", "ov:CPU")
     assert plan.estimated_latency_ms["short"] == pytest.approx(1.0)
     assert plan.wide == (("long",) if lends else ())
+    assert plan.merged == (("long", "short") if merge else ())
 
 
 def test_a_long_chain_with_no_other_processor_stays_narrow() -> None:
@@ -118,3 +123,25 @@ def test_short_chains_never_borrow_cores() -> None:
     slos = {name: SLO(0.5, 100.0) for name in table.tasks}
     plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
     assert plan.wide == ()
+
+
+def test_chains_kept_on_one_processor_run_merged_and_spanning_ones_do_not() -> None:
+    # The table of the first test: every chain keeps to one processor, so each runs merged.
+    table = _table()
+    slos = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 5.0), "short2": SLO(0.5, 5.0)}
+    plan = LoadedPolicy().plan(list(table.tasks), table, ["a", "b"], slos)
+    assert plan.merged == ("long", "short1", "short2")
+    assert LoadedPolicy(merge_chains=False).plan(list(table.tasks), table, ["a", "b"],
+                                                 slos).merged == ()
+    # A chain spanning both processors (its stages are faster where they sit) is not merged;
+    # nor is a one-position chain (nothing to merge), nor anything the paper's policy plans.
+    split = _one_variant("split", 1.0, handoff_ms=0.0)
+    split.latency_ms[0, :, 1] = 9.0
+    split.latency_ms[1, :, 0] = 9.0
+    spanning = ProfileTable("hand", ["a", "b"], {"split": split})
+    plan = LoadedPolicy().plan(["split"], spanning, ["a", "b"], {"split": SLO(0.5, 100.0)})
+    assert plan.processors_of("split") == ("a", "b") and plan.merged == ()
+    assert SparseLoomPolicy().plan(list(table.tasks), table, ["a", "b"], slos).merged == ()
+    single = ProfileTable("hand", ["a", "b"], {"x": task_profile(
+        "x", np.full((1, 1, 2), 1.0), np.array([0.9]))})
+    assert LoadedPolicy().plan(["x"], single, ["a", "b"], {"x": SLO(0.5, 100.0)}).merged == ()
