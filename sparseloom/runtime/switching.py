@@ -108,16 +108,23 @@ def load_pairs(runtime: Runtime, pairs: Iterable[tuple[ModelKey, str]],
 
 def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
           preload: Any = None, progress: bool = False) -> list[LoadEvent]:
-    """Load the resident set (the preloader's, plus every route of ``plan``), start the
-    workers and open the ``active`` tasks (all the plan places when ``None``); ``progress``
-    shows a bar (with the time left) over the loads."""
+    """Load the resident set (the preloader's, less the subgraphs a merged route's model
+    stands in for, plus every route of ``plan``), start the workers and open the ``active``
+    tasks (all the plan places when ``None``); ``progress`` shows a bar (with the time left)
+    over the loads."""
     from tqdm import tqdm
 
     routes = routes_from_plan(runtime, plan, 0)
+    # A merged route's model stands in for its subgraphs on its processor: they are not
+    # loaded beside it, so the resident set stays within the preloader's memory budget.
+    covered = {((route.task, j, c), route.processors[0]) for route in routes.values()
+               if route.merged for j, c in enumerate(route.variant.choices)}
     pairs: list[tuple[ModelKey, str]] = []
     for item in getattr(preload, "resident", ()) or ():
-        if item.task in runtime.tasks and item.processor in runtime.workers:
-            pairs.append(((item.task, int(item.position), int(item.variant)), item.processor))
+        pair = ((item.task, int(item.position), int(item.variant)), item.processor)
+        if item.task in runtime.tasks and item.processor in runtime.workers \
+                and pair not in covered:
+            pairs.append(pair)
     for route in routes.values():
         pairs += route_keys(runtime, route)
     unique = list(dict.fromkeys(pairs))

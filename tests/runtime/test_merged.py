@@ -76,6 +76,34 @@ def test_a_merged_chain_runs_one_call_per_request_and_answers_as_the_chain(
         runtime.stop()
 
 
+def test_a_merged_model_stands_in_for_its_subgraphs_in_the_preloaded_set(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.plan.preload import Preload, ResidentSubgraph
+    from sparseloom.runtime import switching
+
+    # The preloader keeps the pick's two subgraphs and another variant's first subgraph on
+    # ort:CPU. Merged, the pick's model replaces its two subgraphs (memory stays within the
+    # budget); the other subgraph, a switch candidate, is loaded as the preloader chose.
+    _, profile = two_tasks
+    resident = tuple(ResidentSubgraph(TASK, j, c, "ort:CPU", 1)
+                     for j, c in ((0, 2), (1, 0), (0, 3)))
+    preload = Preload(resident, 3, 3, 3, profile)
+    runtime = _runtime(two_tasks)
+    try:
+        switching.start(runtime, _plan(("ort:CPU", "ort:CPU")), preload=preload)
+        assert set(runtime.workers["ort:CPU"].models) == {(TASK, WHOLE, CHOICES), (TASK, 0, 3)}
+        unmerged = _runtime(two_tasks)
+        try:
+            switching.start(unmerged, _plan(("ort:CPU", "ort:CPU"), merged=False),
+                            preload=preload)
+            assert set(unmerged.workers["ort:CPU"].models) == {
+                (TASK, 0, 2), (TASK, 1, 0), (TASK, 0, 3)}
+        finally:
+            unmerged.stop()
+    finally:
+        runtime.stop()
+
+
 def test_a_split_chain_or_a_plan_that_does_not_ask_runs_subgraph_by_subgraph(
         two_tasks: tuple[Any, Any]) -> None:
     from sparseloom.runtime import switching
@@ -136,3 +164,4 @@ def test_a_failed_merged_call_is_retried_elsewhere_then_named_in_the_error(
         assert (TASK, WHOLE, CHOICES) in runtime.workers[other].models
     finally:
         runtime.stop()
+
