@@ -132,6 +132,10 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
               leave=False) as bar:
         events = load_pairs(runtime, bar, "preload", _wide(routes.values()))
     runtime.plan = plan
+    runtime.notes += [f"processor {name} has streams={w.processor.streams}: the runtime serves "
+                      f"it with one worker thread (streams apply to profiling and `infer`, "
+                      f"docs/runtime.md)" for name, w in runtime.workers.items()
+                      if w.processor.streams > 1]
     runtime.start_workers()
     for task in routes if active is None else active:
         if task not in routes:

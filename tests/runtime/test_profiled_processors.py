@@ -20,3 +20,32 @@ def test_a_processor_spec_the_profile_did_not_measure_is_refused(
     spec = next(str(c["spec"]) for c in profile.meta["processor_config"]
                 if str(c["spec"]).startswith("ov:CPU"))
     assert profile_processors(profile, [spec]) == profile_processors(profile, ["ov:CPU"])
+
+
+def test_a_processor_with_streams_is_served_by_one_thread_and_the_run_says_so(
+        two_tasks: tuple[Any, Any]) -> None:
+    import threading
+
+    from sparseloom.core.processors import get_processor
+    from sparseloom.core.types import SLO, Plan, StitchedVariant
+    from sparseloom.runtime import switching
+    from sparseloom.runtime.executor import Runtime
+    from sparseloom.runtime.models import RuntimeTask
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+
+    workload, profile = two_tasks
+    zoo = load_zoo(zoo_directory(profile.meta["zoo_hashes"]["digits_a"]), verify=False)
+    processor = get_processor("ort:CPU?streams=2")
+    runtime = Runtime([RuntimeTask(workload.task("digits_a"), zoo, SLO(0.0, 1000.0))],
+                      [processor], profile=profile)
+    before = {t.name for t in threading.enumerate()}
+    try:
+        switching.start(runtime, Plan("hand", ("ort:CPU", "ort:CPU"),
+                                      {"digits_a": StitchedVariant("digits_a", (0, 0))}))
+        started = [t.name for t in threading.enumerate() if t.name not in before]
+        assert started.count("sparseloom-run-ort:CPU") == 1
+        assert any("ort:CPU has streams=2" in note and "one worker thread" in note
+                   for note in runtime.notes)
+    finally:
+        runtime.stop()
