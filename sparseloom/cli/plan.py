@@ -41,6 +41,7 @@ def plan_report(result: Any, table: Any) -> dict[str, Any]:
                     "source": result.slo_sources[name]},
             "feasible": bool(plan.feasible.get(name, True)),
             "reason": plan.infeasible_reason.get(name, ""),
+            "merged": name in plan.merged, "wide": name in plan.wide,
         }
     return {
         "workload": table.workload, "policy": plan.policy, "processors": list(table.processors),
@@ -65,7 +66,9 @@ def _echo(report: dict[str, Any]) -> None:
         rows.append([
             name, ",".join(map(str, task["variant"])) + (" (stitched)" if task["stitched"]
                                                          else ""),
-            "+".join(task["variant_names"]), "→".join(task["processors"]),
+            "+".join(task["variant_names"]),
+            "→".join(task["processors"]) + "".join(
+                f" ({flag})" for flag in ("merged", "wide") if task[flag]),
             f"{task['accuracy']:.4f}{'' if task['accuracy_measured'] else ' (est.)'} "
             f"≥ {slo['accuracy']:.4f}",
             f"{task['latency_ms']:.3f} ≤ {slo['latency_ms']:.3f}",

@@ -12,8 +12,8 @@ import pytest
 
 from tests.plugin_dists import make_distribution
 
-BUILTIN = ("sparseloom", "sparseloom-contention", "sv-ao-p", "sv-ao-np", "sv-lo-p",
-           "sv-lo-np", "av-p", "av-np")
+BUILTIN = ("sparseloom", "sparseloom-contention", "sparseloom-loaded", "sv-ao-p", "sv-ao-np",
+           "sv-lo-p", "sv-lo-np", "av-p", "av-np")
 
 PLUGIN = '''
 from sparseloom.core.hookspecs import hookimpl
@@ -48,12 +48,17 @@ def test_every_builtin_policy_plans_tiny_with_stable_json_keys() -> None:
                                "preload"}
         task = report["tasks"]["tiny"]
         assert set(task) >= {"variant", "variant_names", "stitched", "processors", "accuracy",
-                             "accuracy_measured", "latency_ms", "slo", "feasible", "reason"}
+                             "accuracy_measured", "latency_ms", "slo", "feasible", "reason",
+                             "merged", "wide"}
+        # Only sparseloom-loaded merges (tiny's one task keeps its chain on one processor
+        # there, or spans p*); the paper's policies and the baselines serve chains.
+        assert task["merged"] == (policy == "sparseloom-loaded"
+                                  and len(set(task["processors"])) == 1)
         assert task["slo"]["source"] == "grid-middle"
         assert len(task["processors"]) == len(task["variant"])
         preload = report["preload"]
         assert preload["resident_bytes"] <= preload["budget_bytes"] < preload["full_bytes"]
-        if policy.startswith("s") and "-" in policy and policy != "sparseloom-contention":
+        if policy.startswith("sv-"):
             assert len(set(task["variant"])) == 1  # baselines run originals
 
 
