@@ -26,6 +26,16 @@ def _str_tuple(values: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in values)
 
 
+def chain_keys(variant: StitchedVariant) -> tuple[ModelKey, ...]:
+    """The model key of each subgraph of ``variant``: ``(task, position, source variant)``."""
+    return tuple((variant.task, j, choice) for j, choice in enumerate(variant.choices))
+
+
+def merged_key(variant: StitchedVariant) -> ModelKey:
+    """The model key of ``variant`` merged into one model: ``(task, WHOLE, choices)``."""
+    return (variant.task, WHOLE, variant.choices)
+
+
 @attrs.frozen
 class Route:
     """A stitched variant and the processor of each position (the plan's route for a task).
@@ -51,9 +61,7 @@ class Route:
     keys: tuple[ModelKey, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        task = self.variant.task
-        keys: tuple[ModelKey, ...] = ((task, WHOLE, self.variant.choices),) if self.merged \
-            else tuple((task, j, choice) for j, choice in enumerate(self.variant.choices))
+        keys = (merged_key(self.variant),) if self.merged else chain_keys(self.variant)
         object.__setattr__(self, "keys", keys)
 
     @processors.validator

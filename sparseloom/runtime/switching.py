@@ -16,8 +16,8 @@ from sparseloom.core.errors import PluginCallError, RuntimeServeError, Sparseloo
 from sparseloom.core.types import SLO
 from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
-from sparseloom.runtime.request import Route
-from sparseloom.runtime.worker import WHOLE, ModelKey
+from sparseloom.runtime.request import Route, chain_keys, merged_key
+from sparseloom.runtime.worker import ModelKey
 
 if TYPE_CHECKING:
     from sparseloom.runtime.executor import Runtime
@@ -64,14 +64,14 @@ def _merges(runtime: Runtime, plan: Any, task: str, processors: tuple[str, ...],
     if task not in tuple(getattr(plan, "merged", ())) or len(processors) < 2 \
             or len(set(processors)) != 1 or runtime.dispatcher is not None:
         return False
-    key = (task, WHOLE, tuple(int(c) for c in plan.variants[task].choices))
-    return version == 0 or key in runtime.workers[processors[0]].models
+    return version == 0 or merged_key(plan.variants[task]) in runtime.workers[processors[0]].models
 
 
 def route_keys(runtime: Runtime, route: Route) -> list[tuple[ModelKey, str]]:
     """(model, processor) pairs a route needs loaded: its own placement, and with a
     dispatching policy every processor that is up (it may send the subgraph anywhere)."""
     pairs = []
+    # A merged route has one key, on its one processor (zip stops there).
     for key, processor in zip(route.keys, route.processors, strict=False):
         targets = [processor]
         if runtime.dispatcher is not None:
@@ -117,8 +117,8 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
     routes = routes_from_plan(runtime, plan, 0)
     # A merged route's model stands in for its subgraphs on its processor: they are not
     # loaded beside it, so the resident set stays within the preloader's memory budget.
-    covered = {((route.task, j, c), route.processors[0]) for route in routes.values()
-               if route.merged for j, c in enumerate(route.variant.choices)}
+    covered = {(key, route.processors[0]) for route in routes.values() if route.merged
+               for key in chain_keys(route.variant)}
     pairs: list[tuple[ModelKey, str]] = []
     for item in getattr(preload, "resident", ()) or ():
         pair = ((item.task, int(item.position), int(item.variant)), item.processor)
