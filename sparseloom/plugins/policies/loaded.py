@@ -26,9 +26,10 @@ A chain that keeps to one processor is served **merged** (``Plan.merged``; optio
 ``merge_chains``): its stitched variant merged into one model
 (:func:`sparseloom.zoo.whole.merged_path`), one call per request instead of one per position,
 so the backend sees the whole graph and no boundary tensor is handed over. Measured on the
-long pole of ``default`` (``benchmarks/merged_chain.py``), the chain took 1.16× the merged
-model. The estimates stay the chain's (what the profile measured; the runtime's calibration
-sees the merged model run faster).
+long pole of ``default`` (``benchmarks/merged_chain.py``), the chain took 1.16× [1.09–1.22]
+the merged model; served, merged chains gave 1.18× the closed-loop throughput (docs/plan.md).
+The estimates stay the chain's (what the profile measured; the runtime's calibration sees the
+merged model run faster).
 
 A long chain that keeps to one processor whose backend can run it *wide* (``widened``: ONNX
 Runtime's intra-op pool, OpenVINO's CPU threads) may borrow the other processors' cores **while
