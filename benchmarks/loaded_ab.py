@@ -2,7 +2,8 @@
 
 Figures behind docs/results.md and docs/plan.md. Per round it prints each policy's figure,
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
-(``lend_idle``: idle lending, session 8; ``merge_chains``: merged chains, session 11), on the
+(``lend_idle``: idle lending, session 8; ``merge_chains``: merged chains, session 11;
+``overflow``: overflow threads, session 12), on the
 closed scenario or the grid, on the default processors or those given with ``-p``:
 
     .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
@@ -25,7 +26,7 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lend_idle", "merge_chains")
+OPTIONS = ("lend_idle", "merge_chains", "overflow")
 
 
 class _Without:
@@ -96,7 +97,8 @@ def main() -> None:
         p90 = {t.task: round(t.latency.p90_ms, 2) for t in summary.tasks}
         where = f" k={run['k']:g} level={run['level']}" if args.scenario == "grid" else ""
         print(f"round {run['round']}{where} {run['contender']:32s} {figure} {value:8.2f}  "
-              f"wide stages {sum(summary.wide_stages.values()):4d}  switches "
+              f"wide stages {sum(summary.wide_stages.values()):4d}  overflow stages "
+              f"{sum(summary.overflow_stages.values()):4d}  switches "
               f"{summary.switches}  p90 ms {p90}")
     for (name, k), got in values.items():
         label = f"{name} k={k:g}" if args.scenario == "grid" else name

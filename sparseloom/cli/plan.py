@@ -46,6 +46,7 @@ def plan_report(result: Any, table: Any) -> dict[str, Any]:
     return {
         "workload": table.workload, "policy": plan.policy, "processors": list(table.processors),
         "order": list(plan.order), "decision_seconds": plan.decision_seconds, "tasks": tasks,
+        "overflow": list(plan.overflow),
         "preload": {
             "budget_bytes": preload.budget_bytes, "full_bytes": preload.full_bytes,
             "resident_bytes": preload.resident_bytes,
@@ -81,6 +82,10 @@ def _echo(report: dict[str, Any]) -> None:
         if task["slo"]["source"] == "grid-middle":
             click.echo(f"{name}: no SLO given or in the workload file; used the middle of its "
                        "SLO grid")
+    if report["overflow"]:
+        click.echo(f"overflow: {', '.join(report['overflow'])} (a request that would miss its "
+                   f"latency SLO waiting for the running call runs on the other processors' "
+                   f"cores)")
     preload = report["preload"]
     click.echo(f"preloaded {len(preload['resident'])} subgraphs, "
                f"{preload['resident_bytes'] / 2**20:.1f} MiB of a "

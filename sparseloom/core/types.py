@@ -241,6 +241,9 @@ class Plan:
         merged: tasks whose whole chain is on one processor and is served as its stitched
             variant merged into one model (:func:`sparseloom.zoo.whole.merged_path`): one call
             per request instead of one per position, the same operators, no hand-off.
+        overflow: processors whose queue an *overflow thread* on the other processors' cores
+            also serves, taking only a request that would miss its latency SLO waiting for
+            the processor's running call (:mod:`sparseloom.runtime.overflow`).
     """
 
     policy: str
@@ -263,6 +266,7 @@ class Plan:
     decision_seconds: float = attrs.field(default=0.0, converter=float)
     wide: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     merged: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    overflow: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         """The processor of each position of ``task``'s chain: its assignment, else the order.

@@ -166,6 +166,8 @@ def summary_figures(summary: Any) -> dict[str, float]:
     figures["equal_accuracy"] = float(equal)
     for name, share in summary.utilisation.items():
         figures[f"utilisation.{name}"] = float(share)
+    for name, share in summary.lent.items():
+        figures[f"lent.{name}"] = float(share)
     return figures
 
 

@@ -151,7 +151,8 @@ class ModelLoader:
             loaded, runner, event = self._load_one(key, backend, processor, reason)
             resident = worker.models[key] = ResidentModel(
                 key, processor, backend, loaded, runner, tuple(loaded.input_names),
-                int(getattr(loaded, "memory_bytes", 0)))
+                int(getattr(loaded, "memory_bytes", 0)),
+                reentrant=runner is getattr(loaded, "runner", None))
         if wide and widened is not None:  # (wide implies it; the check narrows the type)
             twin_processor = widened(processor, tuple(lent_cores))
             twin, twin_runner, twin_event = self._load_one(key, backend, twin_processor, reason)

@@ -22,6 +22,14 @@ def _pct(value: float) -> str:
     return "-" if value != value else f"{value:.1%}"
 
 
+def _busy(name: str, own: float, lent: float) -> str:
+    """A processor's share of the wall time in its own model calls, and in calls it lent its
+    cores to (another processor's wide stages): ``ort:CPU 42% (+50% lent, 92% busy)``."""
+    if not lent:
+        return f"{name} {own:.0%}"
+    return f"{name} {own:.0%} (+{lent:.0%} lent, {own + lent:.0%} busy)"
+
+
 def as_json(summary: RunSummary) -> dict[str, Any]:
     """The summary as JSON-ready data (NaN becomes ``None``)."""
     def clean(value: Any) -> Any:
@@ -73,10 +81,12 @@ def render(summary: RunSummary) -> str:
         f"throughput         : {summary.throughput_rps:.1f} req/s over {summary.wall_s:.2f} s; "
         f"pipeline bound {summary.pipeline_bound_rps:.1f} req/s (busiest: "
         f"{summary.busiest_processor}) -> {_pct(summary.pipeline_share)} of it",
-        "utilisation        : " + ", ".join(f"{n} {u:.0%}" for n, u in
+        "utilisation        : " + ", ".join(_busy(n, u, summary.lent.get(n, 0.0)) for n, u in
                                              summary.utilisation.items())
         + "".join(f"; {n} ran {k} stage(s) wide on the idle processors' cores"
-                  for n, k in summary.wide_stages.items()),
+                  for n, k in summary.wide_stages.items())
+        + "".join(f"; {n} ran {k} late stage(s) on its overflow thread"
+                  for n, k in summary.overflow_stages.items()),
         f"switches           : {summary.switches} ({summary.switch_loads} loads, "
         f"{summary.switch_load_ms:.1f} ms compile+load); preload {summary.preload_ms:.1f} ms",
         f"memory             : loaded {_mib(m['loaded_bytes'])}, RSS growth "

@@ -92,6 +92,13 @@ class RunSummary:
     rejected: int = 0
     #: Stages each processor ran wide, on the cores of the others while they were idle.
     wide_stages: dict[str, int] = attrs.field(factory=dict)
+    #: Per processor that lent its cores, the share of the wall time they ran another
+    #: processor's wide stages (beside ``utilisation``, its own calls: the two add up to how
+    #: busy its cores were).
+    lent: dict[str, float] = attrs.field(factory=dict)
+    #: Per processor with an overflow thread that ran something, the stages it ran there
+    #: (on the other processors' cores, for requests that would have been late).
+    overflow_stages: dict[str, int] = attrs.field(factory=dict)
 
 
 #: The reason of a run cut short by Ctrl-C (``sparseloom run`` then exits with status 130).
@@ -237,6 +244,9 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
         busiest_processor=busiest,
         utilisation={n: w.busy_s / wall_s for n, w in runtime.workers.items()},
         wide_stages={n: w.wide_stages for n, w in runtime.workers.items() if w.wide_stages},
+        lent={n: w.lent_s / wall_s for n, w in runtime.workers.items() if w.lent_s},
+        overflow_stages={n: w.overflow.stages for n, w in runtime.workers.items()
+                         if w.overflow is not None and w.overflow.stages},
         switches=sum(runtime.switch_counts.values()), switch_loads=len(switch_events),
         switch_load_ms=sum(e.total_ms for e in switch_events),
         preload_ms=sum(e.total_ms for e in runtime.loader.events if e.reason == "preload"),

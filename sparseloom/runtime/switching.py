@@ -92,6 +92,22 @@ def lent_cores(runtime: Runtime, processor: str) -> tuple[int, ...]:
                          for c in w.processor.cores} - own))
 
 
+def set_overflow(runtime: Runtime, plan: Any) -> None:
+    """Let the processors ``plan`` names in ``Plan.overflow`` serve late requests on an
+    overflow thread on the other processors' cores (:mod:`sparseloom.runtime.overflow`),
+    started the first time a plan asks for it; the others' stay idle."""
+    from sparseloom.runtime.overflow import Overflow
+
+    wanted = set(getattr(plan, "overflow", ()))
+    for name, worker in runtime.workers.items():
+        if name in wanted and worker.overflow is None:
+            cores = lent_cores(runtime, name)
+            if cores:
+                worker.overflow = Overflow(worker, cores)
+                worker.overflow.start()
+        worker.overflow_on = name in wanted and worker.overflow is not None
+
+
 def load_pairs(runtime: Runtime, pairs: Iterable[tuple[ModelKey, str]],
                reason: str, wide: Iterable[str] = ()) -> list[LoadEvent]:
     """Load every (subgraph, processor) pair that is not resident (the subgraphs of the
@@ -137,6 +153,7 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
                       f"docs/runtime.md)" for name, w in runtime.workers.items()
                       if w.processor.streams > 1]
     runtime.start_workers()
+    set_overflow(runtime, plan)
     for task in routes if active is None else active:
         if task not in routes:
             raise RuntimeServeError(f"the plan does not place task {task!r}; it places "
@@ -165,6 +182,7 @@ def apply_plan(runtime: Runtime, plan: Any, reason: str,
             continue
         runtime.set_route(task, route, reason, len(events), sum(e.total_ms for e in events))
     runtime.plan = plan
+    set_overflow(runtime, plan)
 
 
 def _active(runtime: Runtime) -> tuple[str, ...]:
@@ -215,6 +233,7 @@ def join(runtime: Runtime, task: str) -> None:
         events = load_pairs(runtime, route_keys(runtime, route), "switch", _wide([route]))
         runtime.set_route(name, route, "join", len(events), sum(e.total_ms for e in events))
     runtime.plan = plan
+    set_overflow(runtime, plan)
 
 
 def change_slos(runtime: Runtime, slos: Mapping[str, SLO]) -> None:

@@ -24,6 +24,11 @@ worker holds while it runs anything, so a request arriving at a lender meanwhile
 one stage instead of sharing the core with it (shared, both ran slower, and the closed loop's
 throughput swung between rounds). A wide stage counts as on profile in the online calibration:
 it is faster by design, not because the processor is.
+
+**Overflow.** A processor the plan names in ``Plan.overflow`` has a second server of its
+queue, pinned to the other processors' cores (:mod:`sparseloom.runtime.overflow`): it takes the
+first waiting request only when waiting for this worker's running call would make it miss its
+deadline, and the operating system time-slices that core with its own worker.
 """
 
 from __future__ import annotations
@@ -43,8 +48,12 @@ from sparseloom.core.types import Processor
 
 if TYPE_CHECKING:
     from sparseloom.runtime.faults import FaultInjector
+    from sparseloom.runtime.overflow import Overflow
     from sparseloom.runtime.request import Request
 
+#: A request due later than this from now never wakes the overflow thread (it looks again
+#: within this anyway): under the paper's closed loop (no latency SLO) it sleeps throughout.
+HORIZON_S = 1.0
 #: How long a processor must have been idle before it lends its cores to a wide stage.
 LEND_AFTER_S = 0.001
 
@@ -73,6 +82,12 @@ class ResidentModel:
             instead of ``runner`` only while every other processor is idle.
         wide_loaded: the wide twin's loaded model (unloaded with it).
         wide_processor: the processor the twin was loaded for (its threads and their cores).
+        reentrant: ``runner`` may be called from two threads at once (the built-in backends'
+            calls: an ONNX Runtime session, an OpenVINO request per thread); only then may
+            the overflow thread call it.
+        took_s: the worker's own calls of it, smoothed (exponentially, weight 0.2 on the
+            newest; negative before the first): what the overflow thread expects a call to
+            take.
     """
 
     key: ModelKey
@@ -86,6 +101,8 @@ class ResidentModel:
     wide_runner: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     wide_loaded: Any = None
     wide_processor: Processor | None = None
+    reentrant: bool = False
+    took_s: float = -1.0
 
     @property
     def wide(self) -> bool:
@@ -112,21 +129,22 @@ class StageHandler:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
         raise NotImplementedError
 
-    def borrow(self, worker: ProcessorWorker) -> list[threading.Lock] | None:
+    def borrow(self, worker: ProcessorWorker) -> list[ProcessorWorker] | None:
         """Take the :attr:`~ProcessorWorker.core` of every other processor of :attr:`workers`
         that is up, for one wide stage of ``worker``: only when each has been idle for
         :data:`LEND_AFTER_S` (nothing running, nothing queued) and none started meanwhile
-        (``None`` otherwise). Returns the held locks, to release when the stage ends."""
+        (``None`` otherwise). Returns the lenders, whose ``core`` locks the caller holds and
+        releases when the stage ends."""
         lenders = [w for w in self.workers.values() if w is not worker and not w.down]
         if not all(w.idle(LEND_AFTER_S) for w in lenders):
             return None
-        taken: list[threading.Lock] = []
+        taken: list[ProcessorWorker] = []
         for lender in lenders:
             if not lender.core.acquire(blocking=False):
-                for lock in taken:
-                    lock.release()
+                for held in taken:
+                    held.core.release()
                 return None
-            taken.append(lender.core)
+            taken.append(lender)
         return taken
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
@@ -168,10 +186,18 @@ class ProcessorWorker:
         failures: stage failures on this processor; ``consecutive_failures`` resets on success.
         down: marked down after repeated failures (the policy re-plans without it).
         pending_ms: the expected work queued here, from profiled stage times (for dispatch).
-        running: a request's stages, or a queued job, are running here now.
+        active: threads running a request's stages, or a queued job, here now (its own
+            thread and its overflow thread).
         idle_since: ``time.perf_counter()`` when it last finished something.
         wide_stages: stages run wide, on cores the idle other processors lent.
+        lent_s: seconds its cores ran another processor's wide stages (lent while idle; not
+            in ``busy_s``, which is its own model calls).
         core: held while this worker runs anything, and by a wide stage borrowing its cores.
+        overflow: its overflow thread (``None``: none started); it serves only while
+            ``overflow_on`` (the plan names this processor in ``Plan.overflow``).
+        call_ends: ``time.perf_counter()`` when its own thread's running call is expected to
+            end (start + the model's ``took_s``, else its profiled time): what the overflow
+            thread's urgency test compares a waiting request's deadline with.
     """
 
     processor: Processor
@@ -185,20 +211,37 @@ class ProcessorWorker:
     consecutive_failures: int = 0
     down: bool = False
     pending_ms: float = 0.0
-    running: bool = False
+    active: int = 0
     idle_since: float = 0.0
     wide_stages: int = 0
+    lent_s: float = 0.0
+    overflow: Overflow | None = None
+    overflow_on: bool = False
+    call_ends: float = 0.0
     _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
-    _ready: threading.Condition = attrs.field(factory=threading.Condition, init=False)
+    mutex: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _ready: threading.Condition = attrs.field(init=False)
+    urgent: threading.Condition = attrs.field(init=False)
     _order: Any = attrs.field(factory=itertools.count, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
     _pending_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     core: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
+    def __attrs_post_init__(self) -> None:
+        # One lock for the queue: its own thread waits on ``_ready``, the overflow thread on
+        # ``urgent``.
+        self._ready = threading.Condition(self.mutex)
+        self.urgent = threading.Condition(self.mutex)
+
     @property
     def name(self) -> str:
         """The processor's name."""
         return self.processor.name
+
+    @property
+    def heap(self) -> list[tuple[float, int, Any]]:
+        """The queue: ``(deadline, order, request or job)``, earliest deadline first."""
+        return self._heap
 
     def start(self) -> None:
         """Start the serving thread (pinned to the processor's cores)."""
@@ -220,6 +263,9 @@ class ProcessorWorker:
         with self._ready:
             heapq.heappush(self._heap, (key, next(self._order), item))
             self._ready.notify()
+            overflow = self.overflow
+            if overflow is not None and self.overflow_on and key < overflow.wake_at:
+                self.urgent.notify()
 
     def add_pending(self, ms: float) -> None:
         """Account expected work queued (+) or finished (-) here."""
@@ -227,7 +273,10 @@ class ProcessorWorker:
             self.pending_ms = max(self.pending_ms + ms, 0.0)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop after the requests already queued; wait for the thread."""
+        """Stop after the requests already queued; wait for the thread (and the overflow
+        thread, which stops at once)."""
+        if self.overflow is not None:
+            self.overflow.stop(timeout_s)
         if self._thread is not None:
             self._push(math.inf, _STOP)
             self._thread.join(timeout_s)
@@ -247,26 +296,30 @@ class ProcessorWorker:
                 while not heap:
                     ready.wait()
                 item = pop(heap)[2]
-            if item is _STOP:
-                return
-            self.running = True  # a load or switch holds the core as a request does
+                if item is _STOP:
+                    return
+                self.active += 1  # a load or switch holds the core as a request does
+                if heap and self.overflow_on and heap[0][0] - time.perf_counter() < HORIZON_S:
+                    self.urgent.notify()  # a new first in line, due soon: the overflow looks
             try:
                 with self.core:  # waits while a wide stage has borrowed it
                     if callable(item):
                         item()
                     else:
-                        self._serve(item)
+                        self.serve(item)
             finally:
                 self.idle_since = time.perf_counter()
-                self.running = False
+                with self.mutex:
+                    self.active -= 1
 
     def idle(self, for_s: float = 0.0) -> bool:
         """Nothing running and nothing queued here (for at least ``for_s`` seconds)."""
-        return (not self.running and not self._heap
+        return (not self.active and not self._heap
                 and time.perf_counter() - self.idle_since >= for_s)
 
-    def _serve(self, request: Request) -> None:
-        """Run ``request``'s stages while they are on this processor.
+    def serve(self, request: Request, overflow: Overflow | None = None) -> None:
+        """Run ``request``'s stages while they are on this processor (on the ``overflow``
+        thread when given: no wide twin, and its calls counted there, not as this worker's).
 
         The hot path: per stage one dict lookup by the route's prebuilt key, the inputs picked
         from the carried tensors, the model call, and the hand-off; nothing else allocates.
@@ -289,35 +342,46 @@ class ProcessorWorker:
                 if faults is not None:
                     faults.maybe_fail(self.processor, request, position)
                 runner = model.runner
-                twin = model.wide_runner
-                lent = handler.borrow(self) if twin is not None else None
-                wide = lent is not None
+                twin = model.wide_runner if overflow is None else None
+                lenders = handler.borrow(self) if twin is not None else None
+                wide = lenders is not None
                 if twin is not None and wide:  # the lenders are idle: their cores are lent
                     runner = twin
-                start = perf_counter()
-                try:
-                    outputs = runner({key: carried[key] for key in model.input_names})
-                finally:
-                    for lock in lent or ():
-                        lock.release()
-                took = perf_counter() - start
-                self.busy_s += took
-                # Online calibration (Band's smoothed service times): measured vs profiled.
-                # A wide stage is faster than profiled by design, not because the processor
-                # is: it counts as on profile.
                 profiled = model.profiled_s
                 if profiled < 0:
                     profiled = model.profiled_s = handler.profiled_seconds(model.key, name)
-                if wide:
-                    profiled = took
-                    self.wide_stages += 1
-                self.profiled_s += profiled
+                start = perf_counter()
+                if overflow is None:
+                    self.call_ends = start + (model.took_s if model.took_s > 0 else profiled)
+                try:
+                    outputs = runner({key: carried[key] for key in model.input_names})
+                finally:
+                    for lender in lenders or ():
+                        lender.core.release()
+                took = perf_counter() - start
+                if overflow is not None:
+                    # On another processor's core, time-sliced with its worker: counted by
+                    # the overflow thread, not as this worker's calls or calibration.
+                    overflow.count(took)
+                else:
+                    model.took_s = took if model.took_s < 0 else 0.8 * model.took_s + 0.2 * took
+                    for lender in lenders or ():
+                        lender.lent_s += took
+                    self.busy_s += took
+                    # Online calibration (Band's smoothed service times): measured vs
+                    # profiled. A wide stage is faster than profiled by design, not because
+                    # the processor is: it counts as on profile.
+                    if wide:
+                        profiled = took
+                        self.wide_stages += 1
+                    self.profiled_s += profiled
+                    self.stages_run += 1
             except Exception as error:
-                self.failures += 1
-                self.consecutive_failures += 1
+                with self.mutex:  # (the overflow thread may fail a stage at the same time)
+                    self.failures += 1
+                    self.consecutive_failures += 1
                 handler.stage_failed(request, self, error)
                 return
-            self.stages_run += 1
             self.consecutive_failures = 0
             request.carried = outputs
             request.ran_on.append(name)

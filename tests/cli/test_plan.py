@@ -45,7 +45,10 @@ def test_every_builtin_policy_plans_tiny_with_stable_json_keys() -> None:
         report = json.loads(result.stdout)
         assert report["policy"] == policy
         assert set(report) >= {"workload", "processors", "order", "decision_seconds", "tasks",
-                               "preload"}
+                               "preload", "overflow"}
+        # Only sparseloom-loaded gives the processors it uses an overflow thread.
+        used = set(report["tasks"]["tiny"]["processors"])
+        assert set(report["overflow"]) == (used if policy == "sparseloom-loaded" else set())
         task = report["tasks"]["tiny"]
         assert set(task) >= {"variant", "variant_names", "stitched", "processors", "accuracy",
                              "accuracy_measured", "latency_ms", "slo", "feasible", "reason",

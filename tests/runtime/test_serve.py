@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from sparseloom.runtime.load import LoadSpec
@@ -25,6 +26,10 @@ def test_tiny_serves_every_request_and_scores_it_exactly(tiny: tuple[Any, Any],
     assert task.accuracy_profile == task.accuracy_profile  # the profile's figure, not NaN
     assert not summary.valid and "too few requests for a p99" in summary.reasons[0]
     assert "tiny" in render(summary) and as_json(summary)["tasks"][0]["task"] == "tiny"
+    # A processor whose cores ran another's wide stages shows both shares and their sum.
+    lending = attrs.evolve(summary, utilisation={"ort:CPU": 0.42}, lent={"ort:CPU": 0.5})
+    assert "ort:CPU 42% (+50% lent, 92% busy)" in render(lending)
+    assert "lent" not in render(attrs.evolve(lending, lent={}))
 
 
 def test_tiny_with_100_queries_is_valid(tiny: tuple[Any, Any]) -> None:

@@ -80,6 +80,7 @@ def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
         runtime.workers[lender].call(lambda: gate.wait(30))
         busy = answers_in_turn(runtime, task, range(3))
         assert worker.wide_stages == 0 and worker.stages_run == 6
+        assert runtime.workers[lender].lent_s == 0
         gate.set()
         runtime.drain(30)
         time.sleep(10 * LEND_AFTER_S)
@@ -88,13 +89,15 @@ def test_a_wide_route_borrows_idle_cores_only_and_answers_as_plain_onnxruntime(
         assert worker.wide_stages == 6
         # The loan is exclusive: while a stage holds the lender's core, the lender runs nothing
         # (a job queued there waits), and a running lender lends nothing.
+        # Its core ran the six wide stages: counted as lent, not as its own calls.
+        assert runtime.workers[lender].lent_s > 0 and runtime.workers[lender].stages_run == 0
         taken = runtime.borrow(worker)
-        assert taken == [runtime.workers[lender].core]
+        assert taken == [runtime.workers[lender]]
         ran = threading.Event()
         runtime.workers[lender].call(ran.set)
         assert not ran.wait(0.3)
-        for lock in taken:
-            lock.release()
+        for held_lender in taken:
+            held_lender.core.release()
         assert ran.wait(10)
         held, release = threading.Event(), threading.Event()
         runtime.workers[lender].call(lambda: (held.set(), release.wait(30)))

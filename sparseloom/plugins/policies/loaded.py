@@ -42,6 +42,13 @@ request that arrives meanwhile waits for the borrowed stage to end (the loan is 
 a chain is marked wide only when no task elsewhere would miss its latency SLO for that. The
 estimates stay those of one thread (what the chain takes when the others are busy).
 
+**Overflow.** Every processor the plan uses is named in ``Plan.overflow``: the runtime gives
+it a second server of its queue on the other processors' cores, which takes a request only
+when waiting for the running call would make it miss its latency SLO
+(:mod:`sparseloom.runtime.overflow`). Under the paper's closed loop it never runs; under tight
+SLOs a short task's request no longer waits out another task's long call. The estimates below
+do not count on it (they are what one thread per processor gives).
+
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
 place, without yielding it; with one request in flight per task, at most that much is queued
@@ -227,6 +234,10 @@ class LoadedPolicy(ProfilePolicy):
     #: Serve a chain kept on one processor as its stitched variant merged into one model
     #: (``Plan.merged``; module doc): one call instead of one per position.
     merge_chains: bool = attrs.field(default=True, kw_only=True)
+    #: Give every processor the plan uses an overflow thread on the other processors' cores
+    #: (``Plan.overflow``; module doc): a request that would miss its latency SLO waiting
+    #: for the running call runs there, time-sliced with that core's own worker.
+    overflow: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -285,7 +296,9 @@ class LoadedPolicy(ProfilePolicy):
                      if _borrows_when_idle(o, lending)
                      and _lending_is_harmless(t, chosen, latency, slo_ms,
                                               o.chain_ms if n in merged else o.longest_stage_ms))
-        return attrs.evolve(plan, wide=wide, merged=merged)
+        used = {table.processors[p] for option in chosen for p in option.placement}
+        overflow = tuple(p for p in table.processors if p in used) if self.overflow else ()
+        return attrs.evolve(plan, wide=wide, merged=merged, overflow=overflow)
 
 
 def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:
