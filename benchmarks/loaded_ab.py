@@ -11,9 +11,12 @@ closed scenario or the grid, on the default processors or those given with ``-p`
         -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
     .venv/bin/python benchmarks/loaded_ab.py --scenario grid --rounds 2 \
         -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
+    .venv/bin/python benchmarks/loaded_ab.py --option overflow --scenario capacity --k 10 \
+        --rounds 2 -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
 
-Run it on a quiet machine (1-minute load <= 0.5). The policy without the option is
-``sparseloom-loaded`` with that option false, registered here as ``sparseloom-loaded-no-<option>``.
+Run it on a quiet machine (1-minute load <= 0.5). The other policy is ``sparseloom-loaded`` with
+that option flipped from its default, registered here as ``sparseloom-loaded-no-<option>`` (an
+option on by default) or ``sparseloom-loaded-with-<option>`` (``overflow``, off by default).
 """
 
 from __future__ import annotations
@@ -29,29 +32,41 @@ from sparseloom.core.hookspecs import RegisterFn, hookimpl
 OPTIONS = ("lend_idle", "merge_chains", "overflow")
 
 
-class _Without:
+class _Flipped:
+    """``sparseloom-loaded`` with one option flipped from its default: registered as
+    ``sparseloom-loaded-no-<option>`` (on by default) or ``-with-<option>`` (off by default)."""
+
     def __init__(self, option: str) -> None:
+        import attrs
+
+        from sparseloom.plugins.policies.loaded import LoadedPolicy
+
         self.option = option
+        self.value = not next(f.default for f in attrs.fields(LoadedPolicy) if f.name == option)
 
     @property
     def name(self) -> str:
-        return f"sparseloom-loaded-no-{self.option.replace('_', '-')}"
+        return (f"sparseloom-loaded-{'with' if self.value else 'no'}-"
+                f"{self.option.replace('_', '-')}")
 
     @hookimpl
     def sparseloom_register_policies(self, register: RegisterFn) -> None:
         from sparseloom.plugins.policies.loaded import LoadedPolicy
 
-        register(self.name, functools.partial(LoadedPolicy, **{self.option: False}),
+        register(self.name, functools.partial(LoadedPolicy, **{self.option: self.value}),
                  capabilities=("stitched", "partitioned"),
-                 description=f"sparseloom-loaded with {self.option}=False "
+                 description=f"sparseloom-loaded with {self.option}={self.value} "
                              "(benchmarks/loaded_ab.py)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="default")
-    parser.add_argument("--off", choices=OPTIONS, default="lend_idle")
-    parser.add_argument("--scenario", choices=("closed", "grid"), default="closed")
+    parser.add_argument("--option", "--off", dest="option", choices=OPTIONS, default="lend_idle",
+                        help="the option of sparseloom-loaded to flip from its default")
+    parser.add_argument("--scenario", choices=("closed", "grid", "capacity"), default="closed")
+    parser.add_argument("--k", type=float, action="append", default=[],
+                        help="latency SLO multiplier of the capacity search (repeat; default 5)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("-p", "--processor", action="append", default=[])
     args = parser.parse_args()
@@ -69,7 +84,7 @@ def main() -> None:
     from sparseloom.workload.load import load_workload
 
     SURVIVOR_FREEZE.install()  # as the console script runs
-    without = _Without(args.off)
+    without = _Flipped(args.option)
     get_registry().register_plugin(without, "loaded-ab", distribution="benchmarks", version="0")
     workload = load_workload(args.workload, progress=False)
     zoos = build_zoos(workload, progress=False)
@@ -85,9 +100,20 @@ def main() -> None:
         if args.scenario == "closed":
             serve_scenarios.closed(context, contenders, BenchOptions(rounds=args.rounds),
                                    recorder)
-        else:
+        elif args.scenario == "grid":
             serve_scenarios.grid(context, contenders, BenchOptions(grid_rounds=args.rounds),
                                  recorder)
+        else:
+            ks = tuple(args.k) or (5.0,)
+            result = serve_scenarios.capacity(
+                context, contenders, BenchOptions(capacity_rounds=args.rounds, ks=ks,
+                                                  baseline_ks=ks), recorder)
+            for k, part in result["k"].items():
+                for row in part["contenders"]:
+                    print(f"k={k} {row['contender']:32s} capacity per round {row['rounds']}  "
+                          f"median {row['median']:.1f} req/s per task")
+                print(f"k={k} ratios per round: {part['ratios']}")
+            return
     figure = "throughput_rps" if args.scenario == "closed" else "violation_rate"
     values: dict[tuple[str, float], list[float]] = {}
     for run in recorder.runs_of(args.scenario):

@@ -13,15 +13,22 @@ would miss its deadline waiting for the worker's running call,
 
     max(call_ends, now) + LATE_MARGIN × its call's time > its deadline,
 
-it takes that request and runs its stages on the lent core, which the operating system
-time-slices with that core's own worker (a call there runs slower, and so does the other
-processor's; a request with room to wait never pays for it). Otherwise it sleeps until the
-request would turn late, or until a new one arrives first in line. Under the paper's closed loop
-(latency unconstrained) it never runs; under tight SLOs it is what keeps a short task's p90 off
-the long stages it would queue behind. Only a model whose call is re-entrant
+and no processor whose core it would use has requests of its own waiting (a processor falling
+behind lends no time), it takes that request and runs its stages on the lent core, which the
+operating system time-slices with that core's own worker (a call there runs slower, and so
+does the other processor's; a request with room to wait never pays for it). Otherwise it
+sleeps until the request would turn late, or until a new one arrives first in line. Under the
+paper's closed loop (latency unconstrained) it never runs; under tight SLOs it is what keeps a
+short task's p90 off the long stages it would queue behind. Only a model whose call is re-entrant
 (``ResidentModel.reentrant``: the built-in backends') is served there, never a wide twin, and
 the calls count as the overflow thread's (:attr:`Overflow.stages`, :attr:`Overflow.busy_s`),
 not in the worker's utilisation or calibration.
+
+It is an option (``LoadedPolicy(overflow=True)``), off by default: measured side by side
+(docs/results.md, *Overflow threads*), it lowered the grid's violation rate at k = 5 from 0.75
+to 0.25 per level, and cost the Poisson capacity search 12–25 % of its sustainable rate, even
+in a run where it woke but never served (its wake-ups take the interpreter lock and a share of
+the core the bottleneck processor computes on).
 """
 
 from __future__ import annotations
@@ -43,10 +50,13 @@ if TYPE_CHECKING:
 #: A request is late when the worker's running call would end less than this many of its own
 #: calls (the worker's smoothed time of that model) before its deadline. Its call on a lent,
 #: time-sliced core takes longer than on the worker's own, with a long tail (p50 1.7×, p90
-#: 5× in one traced run on the AMX Xeon of session 12). ``benchmarks/loaded_ab.py --off
+#: 5× in one traced run on the AMX Xeon of session 12). ``benchmarks/loaded_ab.py --option
 #: overflow --scenario grid --rounds 2``: at k = 5, 1.5 left a level-run median violation of
 #: 0.50 [0.25–1.00], 3 gave 0.25 [0.25–0.75] (0.75 [0.75–1.00] without overflow).
 LATE_MARGIN = 3.0
+#: How soon it looks again when a late request waits but a lender has requests of its own
+#: queued: taking that lender's core then slows the processor that is falling behind.
+BACKLOG_POLL_S = 0.0002
 
 
 @attrs.define(eq=False)
@@ -56,6 +66,8 @@ class Overflow:
     Attributes:
         worker: the processor whose queue it serves.
         cores: where it runs (the other processors' cores).
+        lenders: the workers of those processors: it takes nothing while any has a request
+            waiting (a processor falling behind lends no time).
         stages: calls it made.
         busy_s: seconds in those calls.
         wake_at: ``time.perf_counter()`` when it next looks at the queue (``inf``: only when
@@ -64,6 +76,7 @@ class Overflow:
 
     worker: ProcessorWorker
     cores: tuple[int, ...]
+    lenders: tuple[ProcessorWorker, ...] = ()
     stages: int = 0
     busy_s: float = 0.0
     wake_at: float = math.inf
@@ -106,9 +119,11 @@ class Overflow:
             return math.inf
         own = max(model.took_s if model.took_s > 0 else model.profiled_s, 0.0)
         latest_start = deadline - LATE_MARGIN * own
-        if max(worker.call_ends, now) > latest_start:
-            return 0.0
-        return latest_start - now  # the worker's call may overrun: look again then
+        if max(worker.call_ends, now) <= latest_start:
+            return latest_start - now  # the worker's call may overrun: look again then
+        if any(lender.heap for lender in self.lenders):
+            return BACKLOG_POLL_S  # a lender has work waiting: its core is not spare
+        return 0.0
 
     def _loop(self) -> None:
         if self.cores and hasattr(os, "sched_setaffinity"):

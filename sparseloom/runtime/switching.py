@@ -102,8 +102,10 @@ def set_overflow(runtime: Runtime, plan: Any) -> None:
     for name, worker in runtime.workers.items():
         if name in wanted and worker.overflow is None:
             cores = lent_cores(runtime, name)
+            lenders = tuple(w for other, w in runtime.workers.items()
+                            if other != name and set(w.processor.cores) & set(cores))
             if cores:
-                worker.overflow = Overflow(worker, cores)
+                worker.overflow = Overflow(worker, cores, lenders)
                 worker.overflow.start()
         worker.overflow_on = name in wanted and worker.overflow is not None
 

@@ -264,7 +264,11 @@ class ProcessorWorker:
             heapq.heappush(self._heap, (key, next(self._order), item))
             self._ready.notify()
             overflow = self.overflow
-            if overflow is not None and self.overflow_on and key < overflow.wake_at:
+            # Only a request that waits for a running call can turn late here: one pushed
+            # while the worker is free is its own (the pop below wakes the overflow thread if
+            # others wait behind it), so an arrival at a free worker wakes nobody.
+            if overflow is not None and self.overflow_on and self.active \
+                    and key < overflow.wake_at:
                 self.urgent.notify()
 
     def add_pending(self, ms: float) -> None:

@@ -42,12 +42,14 @@ request that arrives meanwhile waits for the borrowed stage to end (the loan is 
 a chain is marked wide only when no task elsewhere would miss its latency SLO for that. The
 estimates stay those of one thread (what the chain takes when the others are busy).
 
-**Overflow.** Every processor the plan uses is named in ``Plan.overflow``: the runtime gives
-it a second server of its queue on the other processors' cores, which takes a request only
-when waiting for the running call would make it miss its latency SLO
-(:mod:`sparseloom.runtime.overflow`). Under the paper's closed loop it never runs; under tight
-SLOs a short task's request no longer waits out another task's long call. The estimates below
-do not count on it (they are what one thread per processor gives).
+**Overflow** (``LoadedPolicy(overflow=True)``; off by default). Every processor the plan uses
+is named in ``Plan.overflow``: the runtime gives it a second server of its queue on the other
+processors' cores, which takes a request only when waiting for the running call would make it
+miss its latency SLO (:mod:`sparseloom.runtime.overflow`). Under the paper's closed loop it
+never runs; under tight SLOs a short task's request no longer waits out another task's long
+call (the grid's violation rate at k = 5 on ``default``: 0.25 against 0.75), but under Poisson
+arrivals the sustainable rate fell by 12-25 % (docs/results.md, *Overflow threads*), so it is
+an option, not the default. The estimates below do not count on it.
 
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
@@ -236,8 +238,10 @@ class LoadedPolicy(ProfilePolicy):
     merge_chains: bool = attrs.field(default=True, kw_only=True)
     #: Give every processor the plan uses an overflow thread on the other processors' cores
     #: (``Plan.overflow``; module doc): a request that would miss its latency SLO waiting
-    #: for the running call runs there, time-sliced with that core's own worker.
-    overflow: bool = attrs.field(default=True, kw_only=True)
+    #: for the running call runs there, time-sliced with that core's own worker. Off by
+    #: default: measured, it lowers the grid's violation rate at tight SLOs and costs the
+    #: Poisson capacity search 12-25 % of its sustainable rate (docs/results.md).
+    overflow: bool = attrs.field(default=False, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""

@@ -42,16 +42,17 @@ def test_short_tasks_stay_off_the_long_task_processor() -> None:
     # request can queue behind a 10 ms stage on each of them.
     paper = SparseLoomPolicy().plan(list(table.tasks), table, ["a", "b"], slos)
     assert all(len(set(paper.processors_of(t))) == 2 for t in table.tasks)
-    # Both processors get an overflow thread (the runtime decides per request when it runs);
-    # without the option, and with the paper's policy, none does.
-    assert set(plan.overflow) == {"a", "b"} and paper.overflow == ()
-    plain = LoadedPolicy(overflow=False).plan(list(table.tasks), table, ["a", "b"], slos)
-    assert plain.overflow == () and plain.variants == plan.variants
+    # With the option both processors get an overflow thread (the runtime decides per request
+    # when it runs) and nothing else changes; by default, and with the paper's policy, none.
+    assert plan.overflow == () and paper.overflow == ()
+    spare = LoadedPolicy(overflow=True).plan(list(table.tasks), table, ["a", "b"], slos)
+    assert set(spare.overflow) == {"a", "b"} and spare.variants == plan.variants
+    assert spare.assignment == plan.assignment
 
 
 def test_only_the_processors_a_plan_uses_get_an_overflow_thread() -> None:
     table = ProfileTable("hand", ["a", "b"], {"x": _one_variant("x", 1.0)})
-    plan = LoadedPolicy().plan(["x"], table, ["a", "b"], {"x": SLO(0.5, 100.0)})
+    plan = LoadedPolicy(overflow=True).plan(["x"], table, ["a", "b"], {"x": SLO(0.5, 100.0)})
     assert plan.overflow == (plan.processors_of("x")[0],)
 
 
