@@ -85,9 +85,9 @@ class ResidentModel:
         reentrant: ``runner`` may be called from two threads at once (the built-in backends'
             calls: an ONNX Runtime session, an OpenVINO request per thread); only then may
             the overflow thread call it.
-        took_s: the worker's own calls of it, smoothed (exponentially, weight 0.2 on the
-            newest; negative before the first): what the overflow thread expects a call to
-            take.
+        took_s: the worker's own calls of it while its processor has an overflow thread,
+            smoothed (exponentially, weight 0.2 on the newest; negative before the first):
+            what the overflow thread expects a call to take.
     """
 
     key: ModelKey
@@ -196,8 +196,9 @@ class ProcessorWorker:
         overflow: its overflow thread (``None``: none started); it serves only while
             ``overflow_on`` (the plan names this processor in ``Plan.overflow``).
         call_ends: ``time.perf_counter()`` when its own thread's running call is expected to
-            end (start + the model's ``took_s``, else its profiled time): what the overflow
-            thread's urgency test compares a waiting request's deadline with.
+            end (start + the model's ``took_s``, else its profiled time; kept only while
+            ``overflow_on``): what the overflow thread's urgency test compares a waiting
+            request's deadline with.
     """
 
     processor: Processor
@@ -228,8 +229,7 @@ class ProcessorWorker:
     core: threading.Lock = attrs.field(factory=threading.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
-        # One lock for the queue: its own thread waits on ``_ready``, the overflow thread on
-        # ``urgent``.
+        # One lock for the queue: its own thread waits on _ready, the overflow thread on urgent.
         self._ready = threading.Condition(self.mutex)
         self.urgent = threading.Condition(self.mutex)
 
@@ -264,9 +264,8 @@ class ProcessorWorker:
             heapq.heappush(self._heap, (key, next(self._order), item))
             self._ready.notify()
             overflow = self.overflow
-            # Only a request that waits for a running call can turn late here: one pushed
-            # while the worker is free is its own (the pop below wakes the overflow thread if
-            # others wait behind it), so an arrival at a free worker wakes nobody.
+            # Only a request behind a running call can turn late: one pushed to a free worker
+            # is its own (its pop wakes the overflow thread if others wait behind it).
             if overflow is not None and self.overflow_on and self.active \
                     and key < overflow.wake_at:
                 self.urgent.notify()
@@ -354,8 +353,10 @@ class ProcessorWorker:
                 profiled = model.profiled_s
                 if profiled < 0:
                     profiled = model.profiled_s = handler.profiled_seconds(model.key, name)
+                # (only an overflow thread reads call_ends and took_s)
+                timed = overflow is None and self.overflow_on
                 start = perf_counter()
-                if overflow is None:
+                if timed:
                     self.call_ends = start + (model.took_s if model.took_s > 0 else profiled)
                 try:
                     outputs = runner({key: carried[key] for key in model.input_names})
@@ -368,7 +369,9 @@ class ProcessorWorker:
                     # the overflow thread, not as this worker's calls or calibration.
                     overflow.count(took)
                 else:
-                    model.took_s = took if model.took_s < 0 else 0.8 * model.took_s + 0.2 * took
+                    if timed:
+                        model.took_s = (took if model.took_s < 0
+                                        else 0.8 * model.took_s + 0.2 * took)
                     for lender in lenders or ():
                         lender.lent_s += took
                     self.busy_s += took
