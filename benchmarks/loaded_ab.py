@@ -3,7 +3,8 @@
 Figures behind docs/results.md and docs/plan.md. Per round it prints each policy's figure,
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
 (``lend_idle``: idle lending, session 8; ``merge_chains``: merged chains, session 11;
-``overflow``: overflow threads, session 12), on the
+``overflow``: overflow threads, session 12; ``lend_when_quiet``: lending at tight SLOs,
+session 13), on the
 closed scenario or the grid, on the default processors or those given with ``-p``:
 
     .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
@@ -16,7 +17,8 @@ closed scenario or the grid, on the default processors or those given with ``-p`
 
 Run it on a quiet machine (1-minute load <= 0.5). The other policy is ``sparseloom-loaded`` with
 that option flipped from its default, registered here as ``sparseloom-loaded-no-<option>`` (an
-option on by default) or ``sparseloom-loaded-with-<option>`` (``overflow``, off by default).
+option on by default, as every one is since session 13) or ``sparseloom-loaded-with-<option>``
+(one off by default).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lend_idle", "merge_chains", "overflow")
+OPTIONS = ("lend_idle", "lend_when_quiet", "merge_chains", "overflow")
 
 
 class _Flipped:

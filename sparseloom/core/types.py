@@ -238,6 +238,10 @@ class Plan:
             on their processor's thread plus one thread on each core of the other processors
             (a backend with ``widened``: ONNX Runtime, and OpenVINO on CPU; others run them as
             usual).
+        wide_when_quiet: tasks of ``wide`` whose loan would cost another task its latency SLO
+            if one of its requests arrived meanwhile: they borrow only from processors idle
+            for a few of their mean idle gaps (:meth:`sparseloom.runtime.worker.
+            ProcessorWorker.quiet`), as a closed loop's is once its tasks are done.
         merged: tasks whose whole chain is on one processor and is served as its stitched
             variant merged into one model (:func:`sparseloom.zoo.whole.merged_path`): one call
             per request instead of one per position, the same operators, no hand-off.
@@ -265,6 +269,7 @@ class Plan:
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict, hash=False)
     decision_seconds: float = attrs.field(default=0.0, converter=float)
     wide: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    wide_when_quiet: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     merged: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     overflow: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 

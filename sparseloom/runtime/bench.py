@@ -20,8 +20,8 @@ from sparseloom.runtime import switching
 from sparseloom.runtime.executor import Runtime
 from sparseloom.runtime.load import LoadSpec, offer
 from sparseloom.runtime.models import RuntimeTask
+from sparseloom.runtime.resident import ResidentModel
 from sparseloom.runtime.session import profile_processors
-from sparseloom.runtime.worker import ResidentModel
 
 
 def _bare_call(model: ResidentModel) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:

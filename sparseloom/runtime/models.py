@@ -21,7 +21,8 @@ from sparseloom.core.errors import BackendError, RuntimeServeError
 from sparseloom.core.processors import discover_processors, get_backend, get_processor
 from sparseloom.core.types import SLO, Processor
 from sparseloom.runtime.records import LoadEvent
-from sparseloom.runtime.worker import ModelKey, ProcessorWorker, ResidentModel
+from sparseloom.runtime.resident import ModelKey, ResidentModel
+from sparseloom.runtime.worker import ProcessorWorker
 
 if TYPE_CHECKING:
     from sparseloom.workload.task import Task

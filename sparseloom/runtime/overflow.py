@@ -16,19 +16,26 @@ would miss its deadline waiting for the worker's running call,
 and no processor whose core it would use has requests of its own waiting (a processor falling
 behind lends no time), it takes that request and runs its stages on the lent core, which the
 operating system time-slices with that core's own worker (a call there runs slower, and so
-does the other processor's; a request with room to wait never pays for it). Otherwise it
-sleeps until the request would turn late, or until a new one arrives first in line. Under the
+does the other processor's; a request with room to wait never pays for it).
+
+It is woken only to serve: the test (:meth:`Overflow.due`, a few microseconds under the queue
+lock) runs on the threads that change its terms — when a request is queued first in line
+behind a running call, when the worker starts a call with requests waiting, and when it starts
+a job (a load or a switch, expected to hold it :data:`~sparseloom.runtime.worker.JOB_S`) — and
+the thread is notified only when it passes. It keeps no timer: a request that turns late only
+because the running call overruns its expected time waits for that call. (Session 12's thread
+woke for every request queued behind a call and slept until each would turn late; a variant
+that woke so but never served cost the Poisson capacity search 19 % at k = 5,
+docs/results.md.) Under the
 paper's closed loop (latency unconstrained) it never runs; under tight SLOs it is what keeps a
 short task's p90 off the long stages it would queue behind. Only a model whose call is re-entrant
 (``ResidentModel.reentrant``: the built-in backends') is served there, never a wide twin, and
 the calls count as the overflow thread's (:attr:`Overflow.stages`, :attr:`Overflow.busy_s`),
 not in the worker's utilisation or calibration.
 
-It is an option (``LoadedPolicy(overflow=True)``), off by default: measured side by side
-(docs/results.md, *Overflow threads*), it lowered the grid's violation rate at k = 5 from 0.75
-to 0.25 per level, and cost the Poisson capacity search 12–25 % of its sustainable rate, even
-in a run where it woke but never served (its wake-ups take the interpreter lock and a share of
-the core the bottleneck processor computes on).
+``sparseloom-loaded`` names every processor it gives two or more tasks
+(``LoadedPolicy(overflow=False)`` turns it off); docs/results.md, *Overflow threads*, has its
+measured effect on the grid, the closed loop and the capacity search.
 """
 
 from __future__ import annotations
@@ -54,9 +61,6 @@ if TYPE_CHECKING:
 #: overflow --scenario grid --rounds 2``: at k = 5, 1.5 left a level-run median violation of
 #: 0.50 [0.25–1.00], 3 gave 0.25 [0.25–0.75] (0.75 [0.75–1.00] without overflow).
 LATE_MARGIN = 3.0
-#: How soon it looks again when a late request waits but a lender has requests of its own
-#: queued: taking that lender's core then slows the processor that is falling behind.
-BACKLOG_POLL_S = 0.0002
 
 
 @attrs.define(eq=False)
@@ -70,8 +74,8 @@ class Overflow:
             waiting (a processor falling behind lends no time).
         stages: calls it made.
         busy_s: seconds in those calls.
-        wake_at: ``time.perf_counter()`` when it next looks at the queue (``inf``: only when
-            woken); a request due earlier wakes it.
+        wakes: times it was notified (each when :meth:`due` held; a few find the request
+            taken meanwhile by the worker).
     """
 
     worker: ProcessorWorker
@@ -79,7 +83,7 @@ class Overflow:
     lenders: tuple[ProcessorWorker, ...] = ()
     stages: int = 0
     busy_s: float = 0.0
-    wake_at: float = math.inf
+    wakes: int = 0
     _closing: bool = False
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
 
@@ -103,27 +107,31 @@ class Overflow:
         self.stages += 1
         self.busy_s += took_s
 
-    def delay(self, now: float) -> float:
-        """Seconds until the first request in line must be taken here (0: now; ``inf``:
-        nothing to take). Called with the worker's queue lock held."""
+    def due(self, now: float) -> bool:
+        """Whether the first request in line must be taken here now: waiting for the worker's
+        running call would make it late, and no lender has requests of its own queued.
+        Called with the worker's queue lock held."""
         worker = self.worker
         heap = worker.heap
         if not worker.overflow_on or not heap or not worker.active:
-            return math.inf  # the worker itself takes what is queued when it is free
+            return False  # the worker itself takes what is queued when it is free
         deadline, _, item = heap[0]
         route = getattr(item, "route", None)
         if route is None or deadline == math.inf:
-            return math.inf  # a job (loads, switches), the stop marker, or no deadline
+            return False  # a job (loads, switches), the stop marker, or no deadline
         model = worker.models.get(route.keys[item.stage])
         if model is None or not model.reentrant:
-            return math.inf
+            return False
         own = max(model.took_s if model.took_s > 0 else model.profiled_s, 0.0)
-        latest_start = deadline - LATE_MARGIN * own
-        if max(worker.call_ends, now) <= latest_start:
-            return latest_start - now  # the worker's call may overrun: look again then
-        if any(lender.heap for lender in self.lenders):
-            return BACKLOG_POLL_S  # a lender has work waiting: its core is not spare
-        return 0.0
+        if max(worker.call_ends, now) + LATE_MARGIN * own <= deadline:
+            return False
+        return not any(lender.heap for lender in self.lenders)  # a busy lender lends nothing
+
+    def nudge(self) -> None:
+        """Notify the thread if :meth:`due` holds (called with the queue lock held)."""
+        if self.due(time.perf_counter()):
+            self.wakes += 1
+            self.worker.urgent.notify()
 
     def _loop(self) -> None:
         if self.cores and hasattr(os, "sched_setaffinity"):
@@ -136,14 +144,9 @@ class Overflow:
                 while True:
                     if self._closing:
                         return
-                    now = perf_counter()
-                    wait = self.delay(now)
-                    if wait <= 0:
+                    if self.due(perf_counter()):
                         break
-                    wait = min(wait, HORIZON_S)
-                    self.wake_at = now + wait
-                    urgent.wait(wait)
-                self.wake_at = math.inf
+                    urgent.wait(HORIZON_S)
                 request = heapq.heappop(heap)[2]
                 worker.active += 1
             try:

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import StitchedVariant
-from sparseloom.runtime.worker import WHOLE, ModelKey
+from sparseloom.runtime.resident import WHOLE, ModelKey
 
 #: What a finished request's inputs and boundary tensors are replaced by (one shared empty
 #: mapping, so ending a request allocates nothing).
@@ -46,6 +46,8 @@ class Route:
         version: the plan version it came from (0 = the first plan, +1 per switch).
         wide: its stages may run wide (``Plan.wide``: threads on the other processors' cores
             too, while those are idle).
+        quiet: and only while those are quiet, idle for a few of their mean idle gaps
+            (``Plan.wide_when_quiet``; :meth:`ProcessorWorker.quiet`).
         merged: the whole chain, on one processor, runs as the stitched variant merged into
             one model (``Plan.merged``): a route of one stage.
     """
@@ -55,6 +57,7 @@ class Route:
     version: int = 0
     wide: bool = False
     merged: bool = attrs.field(default=False)
+    quiet: bool = False
     #: The key a worker finds each stage's model by (:data:`~sparseloom.runtime.worker.
     #: ModelKey`): ``(task, position, variant)`` per position, or the one merged model's;
     #: built once per route so the hot path allocates no key per stage.
@@ -94,13 +97,15 @@ class Route:
 
     def describe(self) -> str:
         """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (merged, wide)`` for a merged, wide route)."""
-        flags = ", ".join(f for f, on in (("merged", self.merged), ("wide", self.wide)) if on)
+        wide = "wide when quiet" if self.quiet else "wide"
+        flags = ", ".join(f for f, on in (("merged", self.merged), (wide, self.wide)) if on)
         return f"{self.variant} @ {'>'.join(self.processors)}{f' ({flags})' if flags else ''}"
 
     def same_path(self, other: Route) -> bool:
         """Whether ``other`` runs the same models on the same processors, as wide."""
         return (self.variant == other.variant and self.processors == other.processors
-                and self.wide == other.wide and self.merged == other.merged)
+                and self.wide == other.wide and self.merged == other.merged
+                and self.quiet == other.quiet)
 
 
 @attrs.define(eq=False)

@@ -17,7 +17,7 @@ from sparseloom.core.types import SLO
 from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.request import Route, chain_keys, merged_key
-from sparseloom.runtime.worker import ModelKey
+from sparseloom.runtime.resident import ModelKey
 
 if TYPE_CHECKING:
     from sparseloom.runtime.executor import Runtime
@@ -50,7 +50,8 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
                 f"for these processors")
         merged = _merges(runtime, plan, task, processors, version)
         routes[task] = Route(variant, processors, version,
-                             wide=task in tuple(getattr(plan, "wide", ())), merged=merged)
+                             wide=task in tuple(getattr(plan, "wide", ())), merged=merged,
+                             quiet=task in tuple(getattr(plan, "wide_when_quiet", ())))
     return routes
 
 
@@ -275,7 +276,7 @@ def replan_without_down(runtime: Runtime) -> None:
         if route is None or not set(route.processors) & set(down):
             continue
         moved = Route(route.variant, [up[0] if p in down else p for p in route.processors],
-                      route.version + 1, wide=route.wide)
+                      route.version + 1, wide=route.wide, quiet=route.quiet)
         events = load_pairs(runtime, route_keys(runtime, moved), "replan", _wide([moved]))
         runtime.set_route(task, moved, "processor-down", len(events),
                           sum(e.total_ms for e in events))

@@ -18,7 +18,10 @@ thread on each core of the other processors). The worker runs a stage on the twi
 every other processor that is up is idle — nothing running, nothing queued, for at least
 :data:`LEND_AFTER_S` (a closed loop's next request follows the last within tens of
 microseconds; a gap that short is not idleness) — so a long chain
-borrows the cores the short tasks leave idle and never takes one a task is waiting for. The
+borrows the cores the short tasks leave idle and never takes one a task is waiting for. A
+``Plan.wide_when_quiet`` route, whose loan would cost another task its latency SLO if a request
+arrived meanwhile, borrows only from lenders idle for :data:`QUIET_GAPS` × their mean idle gap
+(:meth:`ProcessorWorker.quiet`). The
 loan is exclusive: the wide stage holds each lender's :attr:`ProcessorWorker.core` lock, which a
 worker holds while it runs anything, so a request arriving at a lender meanwhile waits for that
 one stage instead of sharing the core with it (shared, both ran slower, and the closed loop's
@@ -45,70 +48,29 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from sparseloom.core.types import Processor
+from sparseloom.runtime.resident import ModelKey, ResidentModel
 
 if TYPE_CHECKING:
     from sparseloom.runtime.faults import FaultInjector
     from sparseloom.runtime.overflow import Overflow
     from sparseloom.runtime.request import Request
 
-#: A request due later than this from now never wakes the overflow thread (it looks again
-#: within this anyway): under the paper's closed loop (no latency SLO) it sleeps throughout.
+#: The overflow thread looks at its queue at least this often (it is woken sooner when it must
+#: serve); an idle gap longer than this counts as this long.
 HORIZON_S = 1.0
+#: How long a job (a load or a switch) is expected to hold a worker, for the overflow thread's
+#: test: building an ONNX Runtime session or compiling an OpenVINO model took 50–390 ms.
+JOB_S = 0.4
 #: How long a processor must have been idle before it lends its cores to a wide stage.
 LEND_AFTER_S = 0.001
-
-#: Key of a resident model on a worker: ``(task, position, variant)`` for a subgraph, or
-#: ``(task, WHOLE, choices)`` for a stitched variant merged into one model (``Plan.merged``).
-ModelKey = tuple[str, int, int | tuple[int, ...]]
-#: The position of a merged model's key: the whole chain.
-WHOLE = -1
-
-
-@attrs.define(eq=False)
-class ResidentModel:
-    """A subgraph loaded on one processor, with the direct call the worker makes.
-
-    Attributes:
-        key: (task, position, variant).
-        processor: the processor it is loaded on.
-        backend: the backend instance that loaded it.
-        loaded: the backend's loaded model.
-        runner: ``runner(inputs) -> outputs``, called in place on the worker's thread.
-        input_names: the boundary tensors it reads.
-        memory_bytes: what the backend measured it holds.
-        profiled_s: the profile's time of one call (negative until first looked up; 0 when
-            the profile has none): what the worker's measured time is calibrated against.
-        wide_runner: the wide twin's call (``None`` when there is none); the worker makes it
-            instead of ``runner`` only while every other processor is idle.
-        wide_loaded: the wide twin's loaded model (unloaded with it).
-        wide_processor: the processor the twin was loaded for (its threads and their cores).
-        reentrant: ``runner`` may be called from two threads at once (the built-in backends'
-            calls: an ONNX Runtime session, an OpenVINO request per thread); only then may
-            the overflow thread call it.
-        took_s: the worker's own calls of it while its processor has an overflow thread,
-            smoothed (exponentially, weight 0.2 on the newest; negative before the first):
-            what the overflow thread expects a call to take.
-    """
-
-    key: ModelKey
-    processor: Processor
-    backend: Any
-    loaded: Any
-    runner: Callable[[Mapping[str, Any]], Mapping[str, Any]]
-    input_names: tuple[str, ...]
-    memory_bytes: int
-    profiled_s: float = -1.0
-    wide_runner: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
-    wide_loaded: Any = None
-    wide_processor: Processor | None = None
-    reentrant: bool = False
-    took_s: float = -1.0
-
-    @property
-    def wide(self) -> bool:
-        """A wide twin is loaded beside it (``Plan.wide``): ``wide_runner`` calls the same
-        subgraph with one more thread on each core the other processors lend."""
-        return self.wide_runner is not None
+#: A quiet lender has been idle this many of its mean idle gaps. Where requests arrive as a
+#: Poisson process, idle gaps are exponential, so e^-6 ≈ 0.25 % of a lender's idle gaps last
+#: that long, and only the request ending one finds its core lent (and waits out one call).
+#: Once its tasks stop arriving (a closed loop whose short tasks are done), it lends at once.
+#: (3, e^-3 ≈ 5 %, cost the Poisson capacity search at k = 5 in an A/B: docs/plan.md.)
+QUIET_GAPS = 6.0
+#: Weight of the newest idle gap in a worker's smoothed mean (:attr:`ProcessorWorker.idle_gap_s`).
+GAP_WEIGHT = 0.1
 
 
 class StageHandler:
@@ -129,14 +91,16 @@ class StageHandler:
         """A stage finished; return the worker of the next stage (``None``: request done)."""
         raise NotImplementedError
 
-    def borrow(self, worker: ProcessorWorker) -> list[ProcessorWorker] | None:
+    def borrow(self, worker: ProcessorWorker, quiet: bool = False
+               ) -> list[ProcessorWorker] | None:
         """Take the :attr:`~ProcessorWorker.core` of every other processor of :attr:`workers`
         that is up, for one wide stage of ``worker``: only when each has been idle for
         :data:`LEND_AFTER_S` (nothing running, nothing queued) and none started meanwhile
-        (``None`` otherwise). Returns the lenders, whose ``core`` locks the caller holds and
-        releases when the stage ends."""
+        (``None`` otherwise); with ``quiet``, only when each is :meth:`~ProcessorWorker.quiet`.
+        Returns the lenders, whose ``core`` locks the caller holds and releases when the stage
+        ends."""
         lenders = [w for w in self.workers.values() if w is not worker and not w.down]
-        if not all(w.idle(LEND_AFTER_S) for w in lenders):
+        if not all(w.quiet() if quiet else w.idle(LEND_AFTER_S) for w in lenders):
             return None
         taken: list[ProcessorWorker] = []
         for lender in lenders:
@@ -189,6 +153,8 @@ class ProcessorWorker:
         active: threads running a request's stages, or a queued job, here now (its own
             thread and its overflow thread).
         idle_since: ``time.perf_counter()`` when it last finished something.
+        idle_gap_s: its idle gaps (from finishing everything to the next arrival), smoothed
+            (weight :data:`GAP_WEIGHT` on the newest; 0 before the first).
         wide_stages: stages run wide, on cores the idle other processors lent.
         lent_s: seconds its cores ran another processor's wide stages (lent while idle; not
             in ``busy_s``, which is its own model calls).
@@ -214,6 +180,7 @@ class ProcessorWorker:
     pending_ms: float = 0.0
     active: int = 0
     idle_since: float = 0.0
+    idle_gap_s: float = 0.0
     wide_stages: int = 0
     lent_s: float = 0.0
     overflow: Overflow | None = None
@@ -264,11 +231,11 @@ class ProcessorWorker:
             heapq.heappush(self._heap, (key, next(self._order), item))
             self._ready.notify()
             overflow = self.overflow
-            # Only a request behind a running call can turn late: one pushed to a free worker
-            # is its own (its pop wakes the overflow thread if others wait behind it).
+            # Only a request first in line behind a running call may need it now (one pushed
+            # to a free worker is its own; the next call's start looks at those behind it).
             if overflow is not None and self.overflow_on and self.active \
-                    and key < overflow.wake_at:
-                self.urgent.notify()
+                    and self._heap[0][2] is item:
+                overflow.nudge()
 
     def add_pending(self, ms: float) -> None:
         """Account expected work queued (+) or finished (-) here."""
@@ -296,14 +263,20 @@ class ProcessorWorker:
         heap, ready, pop = self._heap, self._ready, heapq.heappop
         while True:
             with ready:
-                while not heap:
-                    ready.wait()
+                if not heap:
+                    while not heap:
+                        ready.wait()
+                    if self.idle_since > 0:  # an idle gap ended (one over a second counts as one)
+                        gap = min(time.perf_counter() - self.idle_since, HORIZON_S)
+                        old = self.idle_gap_s
+                        self.idle_gap_s = old + GAP_WEIGHT * (gap - old) if old > 0 else gap
                 item = pop(heap)[2]
                 if item is _STOP:
                     return
                 self.active += 1  # a load or switch holds the core as a request does
-                if heap and self.overflow_on and heap[0][0] - time.perf_counter() < HORIZON_S:
-                    self.urgent.notify()  # a new first in line, due soon: the overflow looks
+                if self.overflow_on and callable(item) and self.overflow is not None:
+                    self.call_ends = time.perf_counter() + JOB_S
+                    self.overflow.nudge()  # those queued behind a job may not wait it out
             try:
                 with self.core:  # waits while a wide stage has borrowed it
                     if callable(item):
@@ -319,6 +292,11 @@ class ProcessorWorker:
         """Nothing running and nothing queued here (for at least ``for_s`` seconds)."""
         return (not self.active and not self._heap
                 and time.perf_counter() - self.idle_since >= for_s)
+
+    def quiet(self) -> bool:
+        """Idle for :data:`QUIET_GAPS` × its mean idle gap (and :data:`LEND_AFTER_S`): its next
+        request is unlikely to come while one wide stage holds its core (module doc)."""
+        return self.idle(max(LEND_AFTER_S, QUIET_GAPS * self.idle_gap_s))
 
     def serve(self, request: Request, overflow: Overflow | None = None) -> None:
         """Run ``request``'s stages while they are on this processor (on the ``overflow``
@@ -346,7 +324,7 @@ class ProcessorWorker:
                     faults.maybe_fail(self.processor, request, position)
                 runner = model.runner
                 twin = model.wide_runner if overflow is None else None
-                lenders = handler.borrow(self) if twin is not None else None
+                lenders = handler.borrow(self, route.quiet) if twin is not None else None
                 wide = lenders is not None
                 if twin is not None and wide:  # the lenders are idle: their cores are lent
                     runner = twin
@@ -358,6 +336,10 @@ class ProcessorWorker:
                 start = perf_counter()
                 if timed:
                     self.call_ends = start + (model.took_s if model.took_s > 0 else profiled)
+                    heap = self._heap  # those waiting behind this call, due soon: late now?
+                    if heap and heap[0][0] < start + HORIZON_S and self.overflow is not None:
+                        with self.mutex:
+                            self.overflow.nudge()
                 try:
                     outputs = runner({key: carried[key] for key in model.input_names})
                 finally:

@@ -46,12 +46,12 @@ def test_every_builtin_policy_plans_tiny_with_stable_json_keys() -> None:
         assert report["policy"] == policy
         assert set(report) >= {"workload", "processors", "order", "decision_seconds", "tasks",
                                "preload", "overflow"}
-        # Overflow threads are an option of sparseloom-loaded, off by default.
+        # Overflow threads go only where tasks share a processor: tiny has one task.
         assert report["overflow"] == []
         task = report["tasks"]["tiny"]
         assert set(task) >= {"variant", "variant_names", "stitched", "processors", "accuracy",
                              "accuracy_measured", "latency_ms", "slo", "feasible", "reason",
-                             "merged", "wide"}
+                             "merged", "wide", "wide_when_quiet"}
         # Only sparseloom-loaded merges (tiny's one task keeps its chain on one processor
         # there, or spans p*); the paper's policies and the baselines serve chains.
         assert task["merged"] == (policy == "sparseloom-loaded"

@@ -14,7 +14,7 @@ from sparseloom.core.errors import RequestFailed
 from sparseloom.core.types import SLO, Plan, StitchedVariant
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.request import Route
-from sparseloom.runtime.worker import WHOLE
+from sparseloom.runtime.resident import WHOLE
 from tests.runtime.support import answers_in_turn, eval_row, plain_onnxruntime
 
 TASK = "digits_a"

@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 
 from sparseloom.core.types import SLO, StitchedVariant
-from sparseloom.runtime.worker import LEND_AFTER_S
+from sparseloom.runtime.worker import LEND_AFTER_S, QUIET_GAPS
 from tests.runtime.support import answers_in_turn
 
 
-def _started(two_tasks: tuple[Any, Any], processor: str) -> tuple[Any, Any, Any]:
-    """A runtime serving digits_a's (0, 0) chain wide on ``processor`` (twins preloaded):
-    (runtime, the task's zoo, the workload). Skips on a one-core machine."""
+def _started(two_tasks: tuple[Any, Any], processor: str, quiet: bool = False
+             ) -> tuple[Any, Any, Any]:
+    """A runtime serving digits_a's (0, 0) chain wide on ``processor`` (twins preloaded;
+    ``quiet``: wide only when the lenders are quiet): (runtime, the task's zoo, the workload).
+    Skips on a one-core machine."""
     from sparseloom.runtime import switching
     from sparseloom.runtime.executor import Runtime
     from sparseloom.runtime.models import RuntimeTask, profile_processors
@@ -32,7 +34,8 @@ def _started(two_tasks: tuple[Any, Any], processor: str) -> tuple[Any, Any, Any]
     task = "digits_a"
     zoo = load_zoo(zoo_directory(profile.meta["zoo_hashes"][task]), verify=False)
     runtime = Runtime([RuntimeTask(workload.task(task), zoo, SLO(0.0, 1000.0))], processors)
-    route = Route(StitchedVariant(task, (0, 0)), (processor, processor), wide=True)
+    route = Route(StitchedVariant(task, (0, 0)), (processor, processor), wide=True,
+                  quiet=quiet)
     switching.load_pairs(runtime, switching.route_keys(runtime, route), "preload", wide=[task])
     runtime.start_workers()
     runtime.set_route(task, route, "plan")
@@ -130,6 +133,43 @@ def test_an_openvino_chain_borrows_idle_cores_through_a_twin_pinned_to_both(
         answers = answers_in_turn(runtime, "digits_a", range(4))
         assert worker.wide_stages == 8
         _assert_plain_onnxruntime(workload, zoo, answers, rtol=1e-4, atol=1e-5)
+    finally:
+        runtime.drain(30)
+        runtime.stop()
+
+
+def test_a_wide_when_quiet_route_borrows_only_from_a_lender_idle_for_a_few_of_its_gaps(
+        two_tasks: tuple[Any, Any]) -> None:
+    runtime, zoo, workload = _started(two_tasks, "ort:CPU", quiet=True)
+    task = "digits_a"
+    worker = runtime.workers["ort:CPU"]
+    lender = next(w for name, w in runtime.workers.items() if name != "ort:CPU")
+    gap_s = 0.5
+    try:
+        assert runtime.states[task].route.describe().endswith("(wide when quiet)")
+        # The lender's work arrives 0.5 s after it last finished, three times: its mean idle
+        # gap is about that (a gap is measured from its last finish to the next arrival).
+        for _ in range(3):
+            time.sleep(gap_s)
+            ran = threading.Event()
+            lender.call(ran.set)
+            assert ran.wait(10)
+        assert gap_s <= lender.idle_gap_s < 3 * gap_s
+        # Idle for far longer than LEND_AFTER_S but not yet for QUIET_GAPS of its gaps: the
+        # stages run on one thread (a plain wide route would borrow here).
+        time.sleep(10 * LEND_AFTER_S)
+        assert lender.idle(10 * LEND_AFTER_S)
+        early = answers_in_turn(runtime, task, range(2))
+        assert not lender.quiet()  # (still: the two requests took under QUIET_GAPS × 0.5 s)
+        assert worker.wide_stages == 0 and worker.stages_run == 4
+        # Quiet for that long: they borrow its core.
+        time.sleep(QUIET_GAPS * lender.idle_gap_s - (time.perf_counter() - lender.idle_since)
+                   + 0.05)
+        assert lender.quiet()
+        late = answers_in_turn(runtime, task, range(2, 4))
+        assert worker.wide_stages >= 4
+        assert lender.lent_s > 0 and lender.stages_run == 0
+        _assert_plain_onnxruntime(workload, zoo, early + late, rtol=1e-5, atol=1e-6)
     finally:
         runtime.drain(30)
         runtime.stop()

@@ -39,17 +39,25 @@ running or queued. On the paper's closed loop the longest chain bounds the run a
 tasks leave their processor idle most of the time (and wholly once they are done); a stage
 borrows that core instead of leaving it idle, and never takes it from a task that needs it. A
 request that arrives meanwhile waits for the borrowed stage to end (the loan is exclusive), so
-a chain is marked wide only when no task elsewhere would miss its latency SLO for that. The
-estimates stay those of one thread (what the chain takes when the others are busy).
+a chain borrows whenever the others are idle only when no task elsewhere would miss its
+latency SLO for that. Otherwise (option ``lend_when_quiet``, on by default) it is marked
+``Plan.wide_when_quiet``: it borrows only from a processor idle for a few of its mean idle gaps
+(:meth:`sparseloom.runtime.worker.ProcessorWorker.quiet`), so under Poisson arrivals about
+0.25 % of that processor's requests find its core lent, and once its tasks stop arriving (a
+closed loop whose short tasks are done) the chain borrows at once. The estimates stay those of
+one thread (what the chain takes when the others are busy).
 
-**Overflow** (``LoadedPolicy(overflow=True)``; off by default). Every processor the plan uses
-is named in ``Plan.overflow``: the runtime gives it a second server of its queue on the other
-processors' cores, which takes a request only when waiting for the running call would make it
-miss its latency SLO (:mod:`sparseloom.runtime.overflow`). Under the paper's closed loop it
-never runs; under tight SLOs a short task's request no longer waits out another task's long
-call (the grid's violation rate at k = 5 on ``default``: 0.25 against 0.75), but under Poisson
-arrivals the sustainable rate fell by 12-25 % (docs/results.md, *Overflow threads*), so it is
-an option, not the default. The estimates below do not count on it.
+**Overflow** (``LoadedPolicy(overflow=False)`` turns it off). Every processor the plan gives
+two or more tasks is named in ``Plan.overflow``: the runtime gives it a second server of its
+queue on the other processors' cores, which takes a request only when waiting for the running
+call (another task's, there) would make it miss its latency SLO
+(:mod:`sparseloom.runtime.overflow`). A processor serving one task gets none: its requests wait
+only for their own task's calls, and a thread there would only take the other processors'
+cores for that task (measured, docs/results.md: on every processor, it cost the Poisson
+capacity search at k = 5 14 %; on shared ones only, 1 %). Under the paper's closed loop it never
+runs; under tight SLOs a short task's request no longer waits out another task's call (the
+grid's violation rate at k = 5 on ``default``: 0.25 against 0.75 per level). The estimates
+below do not count on it.
 
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
@@ -60,6 +68,7 @@ feedback compares it with the observed latency like with like.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -233,15 +242,17 @@ class LoadedPolicy(ProfilePolicy):
     #: are idle (``Plan.wide``; module doc). Measured on ``bench serve default``: closed-loop
     #: throughput 1.38× that without it, the grid's violation rate unchanged (docs/plan.md).
     lend_idle: bool = attrs.field(default=True, kw_only=True)
+    #: Let such a chain borrow even where a request arriving at a lender meanwhile would miss
+    #: its latency SLO, but only from lenders quiet for a few of their mean idle gaps
+    #: (``Plan.wide_when_quiet``; module doc).
+    lend_when_quiet: bool = attrs.field(default=True, kw_only=True)
     #: Serve a chain kept on one processor as its stitched variant merged into one model
     #: (``Plan.merged``; module doc): one call instead of one per position.
     merge_chains: bool = attrs.field(default=True, kw_only=True)
-    #: Give every processor the plan uses an overflow thread on the other processors' cores
-    #: (``Plan.overflow``; module doc): a request that would miss its latency SLO waiting
-    #: for the running call runs there, time-sliced with that core's own worker. Off by
-    #: default: measured, it lowers the grid's violation rate at tight SLOs and costs the
-    #: Poisson capacity search 12-25 % of its sustainable rate (docs/results.md).
-    overflow: bool = attrs.field(default=False, kw_only=True)
+    #: Give every processor the plan shares among tasks an overflow thread on the other
+    #: processors' cores (``Plan.overflow``; module doc): a request that would miss its latency
+    #: SLO waiting for the running call runs there, time-sliced with that core's own worker.
+    overflow: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -296,13 +307,18 @@ class LoadedPolicy(ProfilePolicy):
         lending = _lending(table) if self.lend_idle and count > 1 else []
         slo_ms = np.array([slos[n].latency_ms for n in names])
         # A wide merged chain borrows the idle cores for its whole chain, one call.
-        wide = tuple(n for t, (n, o) in enumerate(zip(names, chosen, strict=True))
-                     if _borrows_when_idle(o, lending)
-                     and _lending_is_harmless(t, chosen, latency, slo_ms,
-                                              o.chain_ms if n in merged else o.longest_stage_ms))
-        used = {table.processors[p] for option in chosen for p in option.placement}
-        overflow = tuple(p for p in table.processors if p in used) if self.overflow else ()
-        return attrs.evolve(plan, wide=wide, merged=merged, overflow=overflow)
+        wide = [n for n, o in zip(names, chosen, strict=True) if _borrows_when_idle(o, lending)]
+        quiet = [n for t, (n, o) in enumerate(zip(names, chosen, strict=True))
+                 if n in wide and not _lending_is_harmless(
+                     t, chosen, latency, slo_ms, o.chain_ms if n in merged else o.longest_stage_ms)]
+        if not self.lend_when_quiet:
+            wide, quiet = [n for n in wide if n not in quiet], []
+        # Only where a request can wait for another task's call: one task alone has none.
+        sharing = collections.Counter(table.processors[p] for option in chosen
+                                      for p in set(option.placement))
+        overflow = tuple(p for p in table.processors if sharing[p] > 1) if self.overflow else ()
+        return attrs.evolve(plan, wide=tuple(wide), wide_when_quiet=tuple(quiet),
+                            merged=merged, overflow=overflow)
 
 
 def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:

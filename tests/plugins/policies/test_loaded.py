@@ -42,18 +42,23 @@ def test_short_tasks_stay_off_the_long_task_processor() -> None:
     # request can queue behind a 10 ms stage on each of them.
     paper = SparseLoomPolicy().plan(list(table.tasks), table, ["a", "b"], slos)
     assert all(len(set(paper.processors_of(t))) == 2 for t in table.tasks)
-    # With the option both processors get an overflow thread (the runtime decides per request
-    # when it runs) and nothing else changes; by default, and with the paper's policy, none.
-    assert plan.overflow == () and paper.overflow == ()
-    spare = LoadedPolicy(overflow=True).plan(list(table.tasks), table, ["a", "b"], slos)
-    assert set(spare.overflow) == {"a", "b"} and spare.variants == plan.variants
-    assert spare.assignment == plan.assignment
+    # The short tasks' processor, where a request can wait for the other task's call, gets
+    # an overflow thread (the runtime decides per request when it runs); the long task's,
+    # which serves it alone, does not. Without the option, and with the paper's policy, none;
+    # nothing else changes.
+    shared = set(plan.processors_of("short1"))
+    assert plan.overflow == tuple(shared) and paper.overflow == ()
+    without = LoadedPolicy(overflow=False).plan(list(table.tasks), table, ["a", "b"], slos)
+    assert without.overflow == () and without.variants == plan.variants
+    assert without.assignment == plan.assignment
 
 
-def test_only_the_processors_a_plan_uses_get_an_overflow_thread() -> None:
+def test_a_processor_serving_one_task_gets_no_overflow_thread() -> None:
+    # No other task's call to wait for: a request waits only for its own task's (an
+    # overflow thread there would only take the other processors' cores for that task).
     table = ProfileTable("hand", ["a", "b"], {"x": _one_variant("x", 1.0)})
-    plan = LoadedPolicy(overflow=True).plan(["x"], table, ["a", "b"], {"x": SLO(0.5, 100.0)})
-    assert plan.overflow == (plan.processors_of("x")[0],)
+    plan = LoadedPolicy().plan(["x"], table, ["a", "b"], {"x": SLO(0.5, 100.0)})
+    assert len(set(plan.processors_of("x"))) == 1 and plan.overflow == ()
 
 
 def test_busiest_processor_is_balanced() -> None:
@@ -108,8 +113,10 @@ def test_lending_never_costs_another_task_its_latency_slo(merge: bool, short_slo
                                                           lends: bool) -> None:
     # The same two tasks. A borrowed stage holds ov:CPU's core for at most one 5 ms stage of
     # the long chain, or for its whole 10 ms chain when the chain runs merged (one call);
-    # the short task there has a loaded latency of 0.5 + 0.5 = 1 ms by hand. Lending is
-    # allowed while 1 + 5 (or 1 + 10) ms stays within the short task's SLO, and only then.
+    # the short task there has a loaded latency of 0.5 + 0.5 = 1 ms by hand. Lending whenever
+    # ov:CPU is idle is allowed while 1 + 5 (or 1 + 10) ms stays within the short task's SLO;
+    # beyond, the chain borrows only while ov:CPU is quiet (Plan.wide_when_quiet), or, with
+    # that option off, never.
     long = _one_variant("long", 5.0)
     long.latency_ms[:, :, 0] = 8.0
     table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
@@ -119,8 +126,13 @@ def test_lending_never_costs_another_task_its_latency_slo(merge: bool, short_slo
                                                  list(table.processors), slos)
     assert plan.processors_of("short") == ("ov:CPU", "ov:CPU")
     assert plan.estimated_latency_ms["short"] == pytest.approx(1.0)
-    assert plan.wide == (("long",) if lends else ())
+    assert plan.wide == ("long",)
+    assert plan.wide_when_quiet == (() if lends else ("long",))
     assert plan.merged == (("long", "short") if merge else ())
+    never = LoadedPolicy(merge_chains=merge, lend_when_quiet=False).plan(
+        list(table.tasks), table, list(table.processors), slos)
+    assert never.wide == (("long",) if lends else ()) and never.wide_when_quiet == ()
+    assert never.variants == plan.variants and never.assignment == plan.assignment
 
 
 def test_a_long_chain_with_no_other_processor_stays_narrow() -> None:
