@@ -42,7 +42,7 @@ def plan_report(result: Any, table: Any) -> dict[str, Any]:
             "feasible": bool(plan.feasible.get(name, True)),
             "reason": plan.infeasible_reason.get(name, ""),
             "merged": name in plan.merged, "wide": name in plan.wide,
-            "wide_when_quiet": name in plan.wide_when_quiet,
+            "wide_when_quiet": name in plan.wide_when_quiet, "lane": name in plan.lanes,
         }
     return {
         "workload": table.workload, "policy": plan.policy, "processors": list(table.processors),
@@ -70,7 +70,8 @@ def _echo(report: dict[str, Any]) -> None:
                                                          else ""),
             "+".join(task["variant_names"]),
             "→".join(task["processors"]) + "".join(
-                f" ({flag.replace('_', ' ')})" for flag in ("merged", "wide", "wide_when_quiet")
+                f" ({flag.replace('_', ' ')})"
+                for flag in ("merged", "wide", "wide_when_quiet", "lane")
                 if task[flag] and not (flag == "wide" and task["wide_when_quiet"])),
             f"{task['accuracy']:.4f}{'' if task['accuracy_measured'] else ' (est.)'} "
             f"≥ {slo['accuracy']:.4f}",

@@ -248,6 +248,9 @@ class Plan:
         overflow: processors whose queue an *overflow thread* on the other processors' cores
             also serves, taking only a request that would miss its latency SLO waiting for
             the processor's running call (:mod:`sparseloom.runtime.overflow`).
+        lanes: tasks served each on a *lane* of the processor of its chain: a serving thread
+            of its own, free to run on the cores of every processor, time-sliced with the
+            other lanes by the kernel (:mod:`sparseloom.runtime.lanes`).
     """
 
     policy: str
@@ -272,6 +275,7 @@ class Plan:
     wide_when_quiet: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     merged: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     overflow: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    lanes: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         """The processor of each position of ``task``'s chain: its assignment, else the order.

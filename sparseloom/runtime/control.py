@@ -41,6 +41,11 @@ class ControlThread:
                                         daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """Whether the thread has started and not stopped (the runtime is serving)."""
+        return self._thread is not None
+
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` on the control thread after the jobs already submitted."""
         with self._lock:

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.types import Feedback, Plan
+from sparseloom.runtime.lanes import is_lane
 from sparseloom.runtime.records import percentile
 
 #: Requests in a task's monitor window.
@@ -104,9 +105,12 @@ MIN_CALIBRATION_S = 0.005
 def processor_slowdown(workers: Mapping[str, Any], last: dict[str, tuple[float, float]]
                        ) -> dict[str, float]:
     """Each worker's measured over profiled model time since ``last`` (updated in place);
-    workers that ran too little since (:data:`MIN_CALIBRATION_S`) are left out."""
+    workers that ran too little since (:data:`MIN_CALIBRATION_S`) are left out, and so are
+    lanes (:mod:`sparseloom.runtime.lanes`: time-sliced by design, not a slower processor)."""
     out = {}
     for name, worker in workers.items():
+        if is_lane(name):
+            continue
         busy, profiled = worker.busy_s, worker.profiled_s
         before_busy, before_profiled = last.get(name, (0.0, 0.0))
         if profiled > before_profiled and (profiled - before_profiled >= MIN_CALIBRATION_S

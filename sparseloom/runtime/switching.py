@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from sparseloom.core.errors import PluginCallError, RuntimeServeError, SparseloomError
 from sparseloom.core.types import SLO
+from sparseloom.runtime.lanes import base_processor, is_lane, lane_name
 from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.request import Route, chain_keys, merged_key
@@ -48,11 +51,34 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
                 f"the plan places task {task!r} on {', '.join(missing)}, which this run does "
                 f"not have (processors: {', '.join(runtime.workers)}); make the plan again "
                 f"for these processors")
+        if task in tuple(getattr(plan, "lanes", ())):
+            processors = tuple(ensure_lane(runtime, p, task) for p in processors)
         merged = _merges(runtime, plan, task, processors, version)
         routes[task] = Route(variant, processors, version,
                              wide=task in tuple(getattr(plan, "wide", ())), merged=merged,
                              quiet=task in tuple(getattr(plan, "wide_when_quiet", ())))
     return routes
+
+
+def ensure_lane(runtime: Runtime, processor: str, task: str) -> str:
+    """The name of ``task``'s lane on ``processor``, made (and started, if the runtime
+    serves) the first time: ``processor``'s configuration on one thread and one stream,
+    pinned to the cores of every processor of the run."""
+    from sparseloom.runtime.worker import ProcessorWorker
+
+    name = lane_name(processor, task)
+    if name in runtime.workers:
+        return name
+    base = runtime.workers[processor].processor
+    cores = sorted({c for n, w in runtime.workers.items() if not is_lane(n)
+                    for c in w.processor.cores})
+    worker = ProcessorWorker(attrs.evolve(base, name=name, cores=tuple(cores), threads=1,
+                                          streams=1), runtime, faults=runtime.faults)
+    # A new dict, not an insertion: worker threads iterate the old one (lending, overflow).
+    runtime.workers = {**runtime.workers, name: worker}
+    if runtime.control.running:
+        worker.start()
+    return name
 
 
 def _merges(runtime: Runtime, plan: Any, task: str, processors: tuple[str, ...],
@@ -192,8 +218,11 @@ def _active(runtime: Runtime) -> tuple[str, ...]:
     return tuple(name for name, s in runtime.states.items() if s.route is not None)
 
 
-def _down(runtime: Runtime) -> tuple[str, ...]:
-    return tuple(name for name, w in runtime.workers.items() if w.down)
+def down_processors(runtime: Runtime) -> tuple[str, ...]:
+    """The processors marked down; a lane that failed takes its processor down with it
+    (both run the same backend on the same device)."""
+    return tuple(dict.fromkeys(base_processor(name) for name, w in runtime.workers.items()
+                               if w.down))
 
 
 def give_feedback(runtime: Runtime) -> None:
@@ -207,7 +236,7 @@ def give_feedback(runtime: Runtime) -> None:
         return
     active = _active(runtime)
     monitors = {t: runtime.states[t].monitor for t in active}
-    feedback = make_feedback(runtime.plan, monitors, _down(runtime),
+    feedback = make_feedback(runtime.plan, monitors, down_processors(runtime),
                              processor_slowdown(runtime.workers, runtime.calibration))
     runtime.feedbacks.append(feedback)
     try:
@@ -224,7 +253,7 @@ def join(runtime: Runtime, task: str) -> None:
     active = (*_active(runtime), task)
     plan = runtime.plan
     if runtime.planner is not None:
-        plan = runtime.planner(active, _down(runtime))
+        plan = runtime.planner(active, down_processors(runtime))
     runtime.plan_version += 1
     routes = routes_from_plan(runtime, plan, runtime.plan_version)
     if task not in routes:
@@ -253,14 +282,14 @@ def change_slos(runtime: Runtime, slos: Mapping[str, SLO]) -> None:
     planner = runtime.planner
     if planner is not None:
         runtime.control.submit(lambda: apply_plan(
-            runtime, planner(_active(runtime), _down(runtime)), "slo"))
+            runtime, planner(_active(runtime), down_processors(runtime)), "slo"))
 
 
 def replan_without_down(runtime: Runtime) -> None:
     """Re-plan after a processor was marked down: the planner without it, else every
     position it held moves to the first processor that is still up."""
-    down = _down(runtime)
-    up = [name for name in runtime.workers if name not in down]
+    down = down_processors(runtime)
+    up = [name for name in runtime.workers if name not in down and not is_lane(name)]
     if not up:
         runtime.notes.append("every processor is down; remaining requests fail")
         return

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from sparseloom.core.types import Processor
+from sparseloom.runtime.lanes import base_processor
 from sparseloom.runtime.resident import ModelKey, ResidentModel
 
 if TYPE_CHECKING:
@@ -113,8 +114,9 @@ class StageHandler:
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
         """The profile's time of one call of model ``key`` on ``processor`` (0: unknown); a
-        merged model's is its chain's, the sum of its subgraphs' (what it replaces)."""
-        profile = self.profile
+        merged model's is its chain's, the sum of its subgraphs' (what it replaces); a lane's
+        is its processor's."""
+        profile, processor = self.profile, base_processor(processor)
         if profile is None or processor not in profile.processors or key[0] not in \
                 profile.tasks:
             return 0.0

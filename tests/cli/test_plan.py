@@ -51,7 +51,9 @@ def test_every_builtin_policy_plans_tiny_with_stable_json_keys() -> None:
         task = report["tasks"]["tiny"]
         assert set(task) >= {"variant", "variant_names", "stitched", "processors", "accuracy",
                              "accuracy_measured", "latency_ms", "slo", "feasible", "reason",
-                             "merged", "wide", "wide_when_quiet"}
+                             "merged", "wide", "wide_when_quiet", "lane"}
+        # One task alone waits for nobody's call: no plan puts it on a lane.
+        assert task["lane"] is False
         # Only sparseloom-loaded merges (tiny's one task keeps its chain on one processor
         # there, or spans p*); the paper's policies and the baselines serve chains.
         assert task["merged"] == (policy == "sparseloom-loaded"

@@ -169,3 +169,51 @@ def test_chains_kept_on_one_processor_run_merged_and_spanning_ones_do_not() -> N
     single = ProfileTable("hand", ["a", "b"], {"x": task_profile(
         "x", np.full((1, 1, 2), 1.0), np.array([0.9]))})
     assert LoadedPolicy().plan(["x"], single, ["a", "b"], {"x": SLO(0.5, 100.0)}).merged == ()
+
+
+def _cpu_table() -> ProfileTable:
+    # The first test's three tasks on two CPU processors, the short ones ten times shorter:
+    # chains of 2 × 10 ms and 2 × 0.1 ms, a hop 0.5 ms.
+    return ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
+        "long": _one_variant("long", 10.0), "short1": _one_variant("short1", 0.1),
+        "short2": _one_variant("short2", 0.1)})
+
+
+def test_tight_slos_put_every_task_on_a_lane_of_its_own() -> None:
+    # Queued, one short task can have a processor to itself (0.2 ms) and the other waits
+    # either for it (0.2 + 0.2 = 0.4 ms, by hand) or for the long one's 20 ms: one miss at
+    # best. On lanes over both cores, a chain shares them with the lanes no longer than
+    # itself: each short one with the other (2 lanes / 2 processors: 0.2 ms), the long one
+    # with all three (1.5 × 20 = 30 ms): no miss, so the lanes are taken.
+    table = _cpu_table()
+    slos = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 0.3), "short2": SLO(0.5, 0.3)}
+    queued = LoadedPolicy(lanes=False).plan(list(table.tasks), table, list(table.processors),
+                                            slos)
+    assert queued.lanes == () and sum(not f for f in queued.feasible.values()) == 1
+    assert sorted(queued.estimated_latency_ms.values()) == pytest.approx([0.2, 20.2, 20.2])
+    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    assert plan.lanes == ("long", "short1", "short2") and all(plan.feasible.values())
+    assert plan.estimated_latency_ms == pytest.approx(
+        {"long": 30.0, "short1": 0.2, "short2": 0.2})
+    # Whole chains, merged; nothing borrowed and no overflow thread: each lane is alone.
+    assert all(len(set(plan.processors_of(t))) == 1 for t in table.tasks)
+    assert plan.merged == ("long", "short1", "short2")
+    assert plan.wide == plan.wide_when_quiet == plan.overflow == ()
+
+
+def test_lanes_are_not_taken_where_the_queues_meet_every_slo_or_the_processors_are_not_cpus(
+        ) -> None:
+    table = _cpu_table()
+    loose = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 5.0), "short2": SLO(0.5, 5.0)}
+    assert LoadedPolicy().plan(list(table.tasks), table, list(table.processors),
+                               loose).lanes == ()
+    # Processors that are not CPU core sets (a simulated SoC's): never lanes.
+    hand = ProfileTable("hand", ["a", "b"], dict(table.tasks))
+    tight = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 0.3), "short2": SLO(0.5, 0.3)}
+    assert LoadedPolicy().plan(list(hand.tasks), hand, ["a", "b"], tight).lanes == ()
+    # A lane costing a task the SLO the queues meet is no better: with the long task's SLO at
+    # 25 ms, lanes miss it (30 ms) and meet the two short ones; the queues miss one short
+    # one. Equal misses: the queues stay.
+    equal = dict(tight, long=SLO(0.5, 25.0))
+    assert LoadedPolicy().plan(list(table.tasks), table, list(table.processors),
+                               equal).lanes == ()

@@ -1,0 +1,65 @@
+"""Lanes for ``sparseloom-loaded``: which option each task takes on a lane, and what it costs.
+
+A plan that puts every task on a lane of its own (``Plan.lanes``, :mod:`sparseloom.runtime.
+lanes`) gives up the processors' queues: the kernel time-slices the lanes over every core and
+pre-empts a long call for a short one. ``sparseloom-loaded`` takes such a plan when it is
+estimated to miss fewer latency SLOs than the shared queues (its module doc).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from sparseloom.plugins.policies.loaded import Option
+    from sparseloom.profile.table import ProfileTable
+
+
+def lane_choice(options: Sequence[Sequence[Option]], n_processors: int
+                ) -> tuple[list[Option], np.ndarray] | None:
+    """Each task's fastest option whose chain keeps to one processor that computes as the
+    profile measured, served on a lane, and the lanes' estimated latencies; ``None`` when a
+    task has no such option.
+
+    A lane shares every core, so an option of a processor whose arithmetic differs (the
+    served options: OpenVINO ``bf16``, on AMX here) is left out: measured, a sentiment lane on
+    ``bf16`` OpenVINO took the short lanes beside it from 0.36–0.6 ms to 1.3–1.6 ms at p90
+    (docs/plan.md).
+
+    The lanes share the cores of ``n_processors`` processors (one core each, as the default
+    processors have) and the kernel time-slices them. A thread that wakes for a short call
+    runs before one that has been running a long call for its share (the lag credit of
+    Linux's CFS and EEVDF), so with every task's request in flight (the closed loop) a chain
+    shares the cores with the lanes whose chains are no longer than its own: it takes
+    ``max(1, those lanes / processors)`` times as long.
+    """
+    chosen = []
+    for task_options in options:
+        whole = [o for o in task_options
+                 if len(set(o.placement)) == 1 and o.served_accuracy is None]
+        if not whole:
+            return None
+        chosen.append(min(whole, key=lambda o: o.chain_ms))
+    chain = np.array([o.chain_ms for o in chosen])
+    sharing = (chain[None, :] <= chain[:, None]).sum(axis=1)
+    return chosen, chain * np.maximum(1.0, sharing / max(n_processors, 1))
+
+
+def laneable(table: ProfileTable) -> bool:
+    """Whether every processor of ``table`` is a set of CPU cores served by a backend
+    installed here (a lane runs on the cores of all of them)."""
+    from sparseloom.core.errors import SparseloomError
+    from sparseloom.core.processors import get_backend
+
+    for name in table.processors:
+        backend, _, device = name.partition(":")
+        if not device.upper().startswith("CPU"):
+            return False
+        try:
+            get_backend(backend)
+        except SparseloomError:
+            return False
+    return True

@@ -1,0 +1,37 @@
+"""Settings of a runtime (:class:`RuntimeOptions`); re-exported by
+:mod:`sparseloom.runtime.executor`."""
+
+from __future__ import annotations
+
+import attrs
+
+from sparseloom.runtime.monitor import WINDOW
+from sparseloom.workload.arguments import names_attribute, number_field
+
+#: Consecutive failed stages after which a processor is marked down.
+DOWN_AFTER = 5
+
+
+@attrs.frozen
+class RuntimeOptions:
+    """Settings of a runtime.
+
+    Attributes:
+        window: requests in each task's monitor window.
+        down_after: consecutive failures that mark a processor down.
+        fault_rate: fraction of model calls failed on purpose (tests and demos; 0 = none).
+        fault_seed: seeds the injected faults.
+        fault_processors: only these processors get injected faults (all when empty).
+        max_queued: a task's unended requests past which ``submit`` raises ``Overloaded``
+            (``None``: no bound; the :class:`~sparseloom.Server` sets one).
+        keep_requests: ended requests kept in :attr:`Runtime.finished` (the newest).
+    """
+
+    window: int = attrs.field(default=WINDOW, validator=number_field(low=1, integer=True))
+    down_after: int = attrs.field(default=DOWN_AFTER, validator=number_field(low=1, integer=True))
+    fault_rate: float = attrs.field(default=0.0, validator=number_field(low=0, high=1))
+    fault_seed: int = attrs.field(default=0, validator=number_field(integer=True))
+    fault_processors: tuple[str, ...] = names_attribute()
+    max_queued: int | None = attrs.field(
+        default=None, validator=number_field(low=1, integer=True, optional=True))
+    keep_requests: int = attrs.field(default=4096, validator=number_field(low=0, integer=True))

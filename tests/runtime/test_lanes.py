@@ -1,0 +1,152 @@
+"""Lanes (``Plan.lanes``): each task on a worker of its own, on every core, answering as the
+processor it is a lane of; and feedback at most every ``FEEDBACK_EVERY_S``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from sparseloom.core.types import SLO, Plan, StitchedVariant
+from tests.runtime.support import answers_in_turn
+
+PLACED = {"digits_a": "ort:CPU", "digits_b": "ov:CPU"}
+
+
+def _runtime(two_tasks: tuple[Any, Any]) -> Any:
+    from sparseloom.runtime.executor import Runtime
+    from sparseloom.runtime.models import RuntimeTask, profile_processors
+    from sparseloom.zoo.load import load_zoo
+    from sparseloom.zoo.options import zoo_directory
+
+    workload, profile = two_tasks
+    tasks = [RuntimeTask(workload.task(name), load_zoo(zoo_directory(
+        profile.meta["zoo_hashes"][name]), verify=False), SLO(0.0, 1000.0))
+        for name in PLACED]
+    return Runtime(tasks, profile_processors(profile), profile=profile)
+
+
+def _plan(lanes: tuple[str, ...]) -> Plan:
+    return Plan("hand", ("ort:CPU", "ort:CPU"),
+                variants={t: StitchedVariant(t, (0, 0)) for t in PLACED},
+                assignment={t: (p, p) for t, p in PLACED.items()}, lanes=lanes)
+
+
+def test_each_laned_task_runs_on_its_own_worker_over_every_core(
+        two_tasks: tuple[Any, Any]) -> None:
+    import onnxruntime as ort
+
+    from sparseloom.runtime import switching
+    from sparseloom.runtime.monitor import processor_slowdown
+    from sparseloom.zoo.stitch import stitched_paths
+
+    workload, _ = two_tasks
+    runtime = _runtime(two_tasks)
+    bases = {name: w.processor for name, w in runtime.workers.items()}
+    every_core = tuple(sorted({c for p in bases.values() for c in p.cores}))
+    try:
+        switching.start(runtime, _plan(tuple(PLACED)))
+        answers = {t: answers_in_turn(runtime, t, range(12)) for t in PLACED}
+        for task, base in PLACED.items():
+            lane = f"{base}@{task}"
+            assert runtime.states[task].route.processors == (lane, lane)
+            processor = runtime.workers[lane].processor
+            # The base processor's backend, device and options, one thread, every core.
+            assert (processor.backend, processor.device, dict(processor.options)) == (
+                bases[base].backend, bases[base].device, dict(bases[base].options))
+            assert processor.threads == 1 and processor.cores == every_core
+            # Both stages ran on the lane; the processor's own worker ran none.
+            assert runtime.workers[lane].stages_run == 2 * 12
+            assert runtime.workers[base].stages_run == 0
+            # The profile's time of a call on a lane is its processor's.
+            key = (task, 0, 0)
+            assert runtime.profiled_seconds(key, lane) == runtime.profiled_seconds(key, base) > 0
+        # A lane's calls are time-sliced by design: never reported as a processor slowdown.
+        assert not [n for n in processor_slowdown(runtime.workers, {}) if "@" in n]
+        # The same plan again makes no second lane.
+        count = len(runtime.workers)
+        switching.apply_plan(runtime, _plan(tuple(PLACED)), "test")
+        assert len(runtime.workers) == count == len(bases) + len(PLACED)
+    finally:
+        runtime.stop()
+    # The oracle: the ONNX Runtime lane answers as the chain through plain sessions does.
+    zoo = runtime.tasks["digits_a"].zoo
+    first, second = (ort.InferenceSession(str(p)) for p in stitched_paths(zoo, (0, 0)))
+    rows = workload.task("digits_a").eval_inputs
+    for row, answer in enumerate(answers["digits_a"]):
+        feed = {k: v[row:row + 1] for k, v in rows.items()}
+        middle = dict(zip([o.name for o in first.get_outputs()], first.run(None, feed),
+                          strict=True))
+        expected = second.run(None, {i.name: middle[i.name] for i in second.get_inputs()})[0]
+        np.testing.assert_allclose(answer[second.get_outputs()[0].name], expected, rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_a_plan_without_lanes_moves_tasks_back_to_their_processors(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime import switching
+
+    runtime = _runtime(two_tasks)
+    try:
+        switching.start(runtime, _plan(("digits_a",)))
+        assert runtime.states["digits_a"].route.processors == ("ort:CPU@digits_a",) * 2
+        assert runtime.states["digits_b"].route.processors == ("ov:CPU",) * 2
+        switching.apply_plan(runtime, _plan(()), "test")
+        answers_in_turn(runtime, "digits_a", range(3))
+        assert runtime.states["digits_a"].route.processors == ("ort:CPU",) * 2
+        assert runtime.workers["ort:CPU"].stages_run == 6
+    finally:
+        runtime.stop()
+
+
+def test_a_failing_lane_takes_its_processor_down_for_the_planner(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime import switching
+
+    runtime = _runtime(two_tasks)
+    try:
+        switching.start(runtime, _plan(("digits_a",)))
+        runtime.workers["ort:CPU@digits_a"].down = True
+        # The planner knows processors, not lanes: the lane's processor is the one down.
+        assert switching.down_processors(runtime) == ("ort:CPU",)
+    finally:
+        runtime.stop()
+
+
+def test_feedback_comes_at_most_every_feedback_interval(two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime.executor import FEEDBACK_EVERY_S, RuntimeOptions
+    from sparseloom.runtime.server import Server
+
+    workload, profile = two_tasks
+    # A window of one request: every answered request ends a window.
+    with Server(workload, profile, policy="sparseloom-loaded",
+                options=RuntimeOptions(window=1)) as server:
+        started = time.perf_counter()
+        for request in range(200):
+            row = request % 100
+            server.infer("digits_a", {k: v[row:row + 1] for k, v in
+                                      workload.task("digits_a").eval_inputs.items()})
+        elapsed = time.perf_counter() - started
+        server.runtime.control.wait_idle(10)
+        feedbacks = len(server.runtime.feedbacks)
+    assert 1 <= feedbacks <= elapsed / FEEDBACK_EVERY_S + 2, (feedbacks, elapsed)
+    assert feedbacks < 200 / 2
+
+
+def test_feedback_still_reaches_the_policy_after_the_interval(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime.executor import FEEDBACK_EVERY_S, RuntimeOptions
+    from sparseloom.runtime.server import Server
+
+    workload, profile = two_tasks
+    row = {k: v[:1] for k, v in workload.task("digits_a").eval_inputs.items()}
+    with Server(workload, profile, policy="sparseloom-loaded",
+                options=RuntimeOptions(window=1)) as server:
+        server.infer("digits_a", row)
+        server.runtime.control.wait_idle(10)
+        first = len(server.runtime.feedbacks)
+        time.sleep(FEEDBACK_EVERY_S * 1.5)
+        server.infer("digits_a", row)
+        server.runtime.control.wait_idle(10)
+        assert first == 1 and len(server.runtime.feedbacks) == 2
