@@ -4,7 +4,7 @@ Figures behind docs/results.md and docs/plan.md. Per round it prints each policy
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
 (``lend_idle``: idle lending, session 8; ``merge_chains``: merged chains, session 11;
 ``overflow``: overflow threads, session 12; ``lend_when_quiet``: lending at tight SLOs,
-session 13), on the
+session 13; ``lanes``: a thread per task over every core at tight SLOs, session 14), on the
 closed scenario or the grid, on the default processors or those given with ``-p``:
 
     .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
@@ -31,7 +31,7 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lend_idle", "lend_when_quiet", "merge_chains", "overflow")
+OPTIONS = ("lanes", "lend_idle", "lend_when_quiet", "merge_chains", "overflow")
 
 
 class _Flipped:
