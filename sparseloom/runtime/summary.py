@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from sparseloom.runtime.lanes import base_processor, is_lane
 from sparseloom.runtime.monitor import STATISTIC
 from sparseloom.runtime.records import LatencyStats, RequestRecord, latency_stats
 
@@ -154,12 +155,21 @@ def _profile_accuracy(runtime: Runtime, task: str, choices: tuple[int, ...]) -> 
     return float(runtime.profile.task(task).accuracy(list(choices)))
 
 
+#: What the summary calls the load of the lanes, which share every processor's cores.
+LANES = "lanes (every core)"
+
+
 def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
-    """Requests/s bound: T / (busiest processor's summed stage time per round), and it."""
+    """Requests/s bound: T / (busiest processor's summed stage time per round), and it.
+
+    Lanes (:mod:`sparseloom.runtime.lanes`) share every processor's cores: their stages,
+    timed as on their processors, count together as one load spread over the processors
+    (``lanes (every core)``)."""
     if runtime.profile is None:
         return math.nan, ""
     processors = list(runtime.profile.processors)
-    load = dict.fromkeys(runtime.workers, 0.0)
+    load = {name: 0.0 for name in runtime.workers if not is_lane(name)}
+    laned = 0.0
     tasks = 0
     for name, state in runtime.states.items():
         route = state.route
@@ -169,8 +179,15 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
         latency = runtime.profile.task(name).latency_ms
         for position, (variant, processor) in enumerate(zip(route.variant.choices,
                                                             route.processors, strict=True)):
-            if processor in processors:
-                load[processor] += float(latency[position, variant, processors.index(processor)])
+            base = base_processor(processor)
+            if base in processors:
+                ms = float(latency[position, variant, processors.index(base)])
+                if is_lane(processor):
+                    laned += ms
+                else:
+                    load[processor] += ms
+    if laned:
+        load[LANES] = laned / max(len(load), 1)
     busiest = max(load, key=load.__getitem__)
     if not tasks or load[busiest] <= 0:
         return math.nan, busiest

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pytest
 
 from sparseloom.core.types import SLO, Plan, StitchedVariant
 from tests.runtime.support import answers_in_turn
@@ -64,6 +65,13 @@ def test_each_laned_task_runs_on_its_own_worker_over_every_core(
             assert runtime.profiled_seconds(key, lane) == runtime.profiled_seconds(key, base) > 0
         # A lane's calls are time-sliced by design: never reported as a processor slowdown.
         assert not [n for n in processor_slowdown(runtime.workers, {}) if "@" in n]
+        # The pipeline bound counts the lanes' stages as one load over both processors.
+        from sparseloom.runtime.summary import LANES, _pipeline_bound
+
+        work = sum(float(runtime.profile.task(t).latency_ms[j, 0, list(
+            runtime.profile.processors).index(p)]) for t, p in PLACED.items() for j in (0, 1))
+        bound, busiest = _pipeline_bound(runtime)
+        assert busiest == LANES and bound == pytest.approx(2 * 1e3 / (work / 2))
         # The same plan again makes no second lane.
         count = len(runtime.workers)
         switching.apply_plan(runtime, _plan(tuple(PLACED)), "test")
