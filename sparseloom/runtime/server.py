@@ -278,8 +278,8 @@ class Server:
         active = tuple(n for n, s in runtime.states.items() if s.route is not None)
         if not active or runtime.planner is None:
             return
-        down = tuple(n for n, w in runtime.workers.items() if w.down)
-        switching.apply_plan(runtime, runtime.planner(active, down), reason)
+        switching.apply_plan(runtime, runtime.planner(active, switching.down_processors(runtime)),
+                             reason)
 
     def set_slo(self, task: str, *, accuracy: float | None = None,
                 latency_ms: float | None = None, timeout_s: float = CONTROL_TIMEOUT_S) -> SLO:
