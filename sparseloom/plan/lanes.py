@@ -9,7 +9,7 @@ estimated to miss fewer latency SLOs than the shared queues (its module doc).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,18 +48,20 @@ def lane_choice(options: Sequence[Sequence[Option]], n_processors: int
     return chosen, chain * np.maximum(1.0, sharing / max(n_processors, 1))
 
 
-def laneable(table: ProfileTable) -> bool:
-    """Whether every processor of ``table`` is a set of CPU cores served by a backend
-    installed here (a lane runs on the cores of all of them)."""
+def installed_backend(processor: str) -> Any:
+    """The backend of the processor named ``processor`` (``ort:CPU``), or ``None`` when none is
+    installed here under that name (a simulated SoC's processor, a missing plugin)."""
     from sparseloom.core.errors import SparseloomError
     from sparseloom.core.processors import get_backend
 
-    for name in table.processors:
-        backend, _, device = name.partition(":")
-        if not device.upper().startswith("CPU"):
-            return False
-        try:
-            get_backend(backend)
-        except SparseloomError:
-            return False
-    return True
+    try:
+        return get_backend(processor.partition(":")[0])
+    except SparseloomError:
+        return None
+
+
+def laneable(table: ProfileTable) -> bool:
+    """Whether every processor of ``table`` is a set of CPU cores served by a backend
+    installed here (a lane runs on the cores of all of them)."""
+    return all(name.partition(":")[2].upper().startswith("CPU")
+               and installed_backend(name) is not None for name in table.processors)

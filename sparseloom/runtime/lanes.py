@@ -10,14 +10,18 @@ thread may run on the cores of every processor. The lanes share the cores and th
 time-slices them, pre-empting a long call for a short one that wakes, as it does for the
 threads of a stock runtime with one session per task.
 
-A lane of processor ``P`` for task ``t`` is the worker named ``P@t`` (:func:`lane_name`); it is
-created the first time a plan asks for it (:func:`sparseloom.runtime.switching.ensure_lane`) and
-serves until the runtime stops. The profile's
-figures for it are ``P``'s (:func:`base_processor`); its call times, time-sliced by design, are
-kept out of the processors' online calibration.
+A lane of processor ``P`` for task ``t`` is the worker named ``P@t`` (:func:`lane_name`) whose
+``lane_of`` is ``P``; it is created the first time a plan asks for it
+(:func:`sparseloom.runtime.switching.ensure_lane`) and serves until the runtime stops. The
+profile's figures for it are ``P``'s (:func:`profiled_as`); its call times, time-sliced by
+design, are kept out of the processors' online calibration. A lane is known by ``lane_of``,
+never by its name: a stock runtime's per-task processors are named ``P@t`` too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 #: Separates a lane's processor from its task in the lane's name (``ort:CPU@vision``).
 LANE_SEPARATOR = "@"
@@ -28,11 +32,8 @@ def lane_name(processor: str, task: str) -> str:
     return f"{processor}{LANE_SEPARATOR}{task}"
 
 
-def base_processor(name: str) -> str:
-    """The processor a worker named ``name`` runs as: a lane's processor, else ``name``."""
-    return name.partition(LANE_SEPARATOR)[0]
-
-
-def is_lane(name: str) -> bool:
-    """Whether ``name`` names a lane."""
-    return LANE_SEPARATOR in name
+def profiled_as(workers: Mapping[str, Any], name: str) -> str:
+    """The processor whose profiled figures the worker named ``name`` has: a lane's
+    processor, else ``name`` (also a name that is not a worker's)."""
+    worker = workers.get(name)
+    return getattr(worker, "lane_of", None) or name

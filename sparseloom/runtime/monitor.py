@@ -18,7 +18,6 @@ from typing import Any
 import attrs
 
 from sparseloom.core.types import Feedback, Plan
-from sparseloom.runtime.lanes import is_lane
 from sparseloom.runtime.records import percentile
 
 #: Requests in a task's monitor window.
@@ -109,7 +108,7 @@ def processor_slowdown(workers: Mapping[str, Any], last: dict[str, tuple[float, 
     lanes (:mod:`sparseloom.runtime.lanes`: time-sliced by design, not a slower processor)."""
     out = {}
     for name, worker in workers.items():
-        if is_lane(name):
+        if worker.lane_of is not None:
             continue
         busy, profiled = worker.busy_s, worker.profiled_s
         before_busy, before_profiled = last.get(name, (0.0, 0.0))

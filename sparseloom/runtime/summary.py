@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from sparseloom.runtime.lanes import base_processor, is_lane
+from sparseloom.runtime.lanes import profiled_as
 from sparseloom.runtime.monitor import STATISTIC
 from sparseloom.runtime.records import LatencyStats, RequestRecord, latency_stats
 
@@ -168,7 +168,7 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
     if runtime.profile is None:
         return math.nan, ""
     processors = list(runtime.profile.processors)
-    load = {name: 0.0 for name in runtime.workers if not is_lane(name)}
+    load = {name: 0.0 for name, w in runtime.workers.items() if w.lane_of is None}
     laned = 0.0
     tasks = 0
     for name, state in runtime.states.items():
@@ -179,10 +179,10 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
         latency = runtime.profile.task(name).latency_ms
         for position, (variant, processor) in enumerate(zip(route.variant.choices,
                                                             route.processors, strict=True)):
-            base = base_processor(processor)
+            base = profiled_as(runtime.workers, processor)
             if base in processors:
                 ms = float(latency[position, variant, processors.index(base)])
-                if is_lane(processor):
+                if base != processor:
                     laned += ms
                 else:
                     load[processor] += ms

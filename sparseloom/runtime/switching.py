@@ -16,7 +16,7 @@ import attrs
 
 from sparseloom.core.errors import PluginCallError, RuntimeServeError, SparseloomError
 from sparseloom.core.types import SLO
-from sparseloom.runtime.lanes import base_processor, is_lane, lane_name
+from sparseloom.runtime.lanes import lane_name
 from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.request import Route, chain_keys, merged_key
@@ -70,10 +70,11 @@ def ensure_lane(runtime: Runtime, processor: str, task: str) -> str:
     if name in runtime.workers:
         return name
     base = runtime.workers[processor].processor
-    cores = sorted({c for n, w in runtime.workers.items() if not is_lane(n)
+    cores = sorted({c for w in runtime.workers.values() if w.lane_of is None
                     for c in w.processor.cores})
     worker = ProcessorWorker(attrs.evolve(base, name=name, cores=tuple(cores), threads=1,
-                                          streams=1), runtime, faults=runtime.faults)
+                                          streams=1), runtime, faults=runtime.faults,
+                             lane_of=processor)
     # A new dict, not an insertion: worker threads iterate the old one (lending, overflow).
     runtime.workers = {**runtime.workers, name: worker}
     if runtime.control.running:
@@ -221,7 +222,7 @@ def _active(runtime: Runtime) -> tuple[str, ...]:
 def down_processors(runtime: Runtime) -> tuple[str, ...]:
     """The processors marked down; a lane that failed takes its processor down with it
     (both run the same backend on the same device)."""
-    return tuple(dict.fromkeys(base_processor(name) for name, w in runtime.workers.items()
+    return tuple(dict.fromkeys(w.lane_of or name for name, w in runtime.workers.items()
                                if w.down))
 
 
@@ -289,7 +290,8 @@ def replan_without_down(runtime: Runtime) -> None:
     """Re-plan after a processor was marked down: the planner without it, else every
     position it held moves to the first processor that is still up."""
     down = down_processors(runtime)
-    up = [name for name in runtime.workers if name not in down and not is_lane(name)]
+    up = [name for name, w in runtime.workers.items()
+          if name not in down and w.lane_of is None]
     if not up:
         runtime.notes.append("every processor is down; remaining requests fail")
         return

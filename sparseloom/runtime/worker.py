@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from sparseloom.core.types import Processor
-from sparseloom.runtime.lanes import base_processor
+from sparseloom.runtime.lanes import profiled_as
 from sparseloom.runtime.resident import ModelKey, ResidentModel
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class StageHandler:
         """The profile's time of one call of model ``key`` on ``processor`` (0: unknown); a
         merged model's is its chain's, the sum of its subgraphs' (what it replaces); a lane's
         is its processor's."""
-        profile, processor = self.profile, base_processor(processor)
+        profile, processor = self.profile, profiled_as(self.workers, processor)
         if profile is None or processor not in profile.processors or key[0] not in \
                 profile.tasks:
             return 0.0
@@ -167,6 +167,8 @@ class ProcessorWorker:
             end (start + the model's ``took_s``, else its profiled time; kept only while
             ``overflow_on``): what the overflow thread's urgency test compares a waiting
             request's deadline with.
+        lane_of: the processor this worker is a lane of (:mod:`sparseloom.runtime.lanes`);
+            ``None`` for a processor's own worker.
     """
 
     processor: Processor
@@ -188,6 +190,7 @@ class ProcessorWorker:
     overflow: Overflow | None = None
     overflow_on: bool = False
     call_ends: float = 0.0
+    lane_of: str | None = None
     _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
     mutex: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _ready: threading.Condition = attrs.field(init=False)

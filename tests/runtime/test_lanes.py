@@ -158,3 +158,20 @@ def test_feedback_still_reaches_the_policy_after_the_interval(
         server.infer("digits_a", row)
         server.runtime.control.wait_idle(10)
         assert first == 1 and len(server.runtime.feedbacks) == 2
+
+
+def test_a_processor_named_like_a_lane_is_not_one(two_tasks: tuple[Any, Any]) -> None:
+    import attrs
+
+    from sparseloom.runtime import switching
+    from sparseloom.runtime.executor import Runtime
+    from sparseloom.runtime.models import profile_processors
+
+    # Stock runtimes name their per-task processors <processor>@<task>: only a worker made by
+    # ensure_lane (its lane_of) is a lane, and reports its processor when it fails.
+    _, profile = two_tasks
+    named = [attrs.evolve(p, name=f"{p.name}@x") for p in profile_processors(profile)]
+    runtime = Runtime([], named, profile=profile)
+    runtime.workers["ort:CPU@x"].down = True
+    assert switching.down_processors(runtime) == ("ort:CPU@x",)
+    assert runtime.profiled_seconds(("digits_a", 0, 0), "ort:CPU@x") == 0.0

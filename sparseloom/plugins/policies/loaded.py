@@ -93,7 +93,7 @@ from sparseloom.plan.feasible import (
     choice_accuracy,
     order_text,
 )
-from sparseloom.plan.lanes import lane_choice, laneable
+from sparseloom.plan.lanes import installed_backend, lane_choice, laneable
 from sparseloom.plan.orders import handoff_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
@@ -369,15 +369,5 @@ def _lending_is_harmless(t: int, chosen: Sequence[Option], loaded_ms: np.ndarray
 
 def _lending(table: ProfileTable) -> list[int]:
     """Indices of the processors whose backend can run a stage wide (``widened``)."""
-    from sparseloom.core.errors import SparseloomError
-    from sparseloom.core.processors import get_backend
-
-    out = []
-    for index, name in enumerate(table.processors):
-        try:
-            backend = get_backend(name.partition(":")[0])
-        except SparseloomError:
-            continue  # a processor of a simulated SoC, a backend not installed here
-        if callable(getattr(backend, "widened", None)):
-            out.append(index)
-    return out
+    return [index for index, name in enumerate(table.processors)
+            if callable(getattr(installed_backend(name), "widened", None))]
