@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 
+#: Untimed rounds before the cold ones, as the profiler's default warm-up.
+WARMUP = 3
+
 
 def _prefix_feeds(calls: Sequence[Any], names: Sequence[Sequence[str]],
                   row: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
@@ -93,9 +96,10 @@ def main() -> None:
                       for cell, pair in loaded.items()}
             rows: list[str] = []
             cold: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in stages}
-            for _ in range(3 + args.rounds):  # 3 untimed rounds, as the profile's warm-up
-                for index in rng.permutation(len(stages)):
-                    cell = list(stages)[index]
+            order = list(stages)
+            for _ in range(WARMUP + args.rounds):
+                for index in rng.permutation(len(order)):
+                    cell = order[index]
                     cold[cell].append(threads.run([stages[cell]], feeds[cell[0]]).stage_ms(0))
             hot = {}
             for cell, pair in loaded.items():
@@ -104,7 +108,7 @@ def main() -> None:
                 hot[cell] = float(np.median([timing.stage_ms(i) for i in range(1, args.burst)]))
             for p, processor in enumerate(processors):
                 cells = [c for c in stages if c[2] == p]
-                cold_ms = np.array([np.percentile(cold[c][3:], 25) for c in cells])
+                cold_ms = np.array([np.percentile(cold[c][WARMUP:], 25) for c in cells])
                 hot_ms = np.array([hot[c] for c in cells])
                 profiled = np.array([profile.latency_ms[c] for c in cells])
                 ratios = {"cold": cold_ms / profiled, "hot": hot_ms / profiled}
