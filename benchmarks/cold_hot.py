@@ -66,6 +66,7 @@ def main() -> None:
     from sparseloom.profile.pinned import PinnedThreads, Stage
     from sparseloom.runtime.models import profile_processors
     from sparseloom.workload.load import load_workload
+    from sparseloom.zoo.batch_one import batch_one_path, batch_params
 
     workload = load_workload(args.workload, progress=False)
     zoos = build_zoos(workload, progress=False)
@@ -83,11 +84,13 @@ def main() -> None:
             row = {k: np.ascontiguousarray(v[:1])
                    for k, v in workload.task(name).eval_inputs.items()}
             loaded: dict[tuple[int, int, int], Any] = {}
+            params = batch_params(zoo.boundary(0).inputs)  # as the profiler times them
             for p, processor in enumerate(processors):
                 backend = get_backend(processor.backend)
                 for j in range(zoo.positions):
                     for v in range(len(zoo.variants)):
-                        compiled = backend.compile(str(zoo.subgraph_path(j, v)), processor)
+                        path = batch_one_path(zoo.subgraph_path(j, v), params)
+                        compiled = backend.compile(str(path), processor)
                         loaded[(j, v, p)] = (backend, backend.load(compiled, processor))
             dense = [direct_call(*loaded[(j, 0, 0)]) for j in range(zoo.positions)]
             names = [loaded[(j, 0, 0)][1].input_names for j in range(zoo.positions)]

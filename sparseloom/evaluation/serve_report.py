@@ -62,6 +62,25 @@ def _contender_table(rows: list[dict[str, Any]], header: str, digits: int) -> li
     return lines
 
 
+def _floor_lines(result: dict[str, Any]) -> list[str]:
+    """What no contender can go under on the grid, and why (``violation_floor``)."""
+    floor = result.get("floor")
+    if not floor:
+        return []
+    if not floor["unreachable"]:
+        return [f"Floor: {_num(floor['violation_rate'], 2)} (some variant reaches every "
+                f"accuracy level of every task)."]
+    axis = result["accuracy_axis"]
+    why = "; ".join(
+        f"{task} at level {', '.join(str(level) for level in levels)} (SLO "
+        f"{', '.join(_num(axis[task][level], 4) for level in levels)}; best variant "
+        f"{_num(floor['best_accuracy'][task], 4)})"
+        for task, levels in floor["unreachable"].items())
+    return [f"Floor: **{_num(floor['violation_rate'], 2)}** at every k: no variant reaches the "
+            f"accuracy SLO of {why}. No contender can have a lower violation rate; one at "
+            f"the floor meets every cell that any variant can."]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole report as Markdown: machine, load, configurations, one table per scenario."""
     machine, load = report["machine"], report["load"]
@@ -90,6 +109,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             if scenario == "grid":
                 lines += ["", "### all k", ""]
                 lines += _contender_table(result["contenders"], header, digits)
+                lines += ["", *_floor_lines(result)]
         else:
             lines += _contender_table(result["contenders"], header, digits)
         lines += ["", *_ratio_lines(scenario, result)]
@@ -111,8 +131,12 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
                 out.append(f"{scenario}: {policy} ÷ best stock runtime: no round in which both "
                            "had a VALID run")
             elif ratio.get("difference"):
+                floor = (result.get("floor") or {}).get("violation_rate")
+                at_floor = "" if floor is None else (f" (floor {_num(floor, 2)}: no contender "
+                                                     f"can go under it)")
                 out.append(f"{scenario}: violation rate of the best stock runtime − {policy}'s, "
-                           f"median {_num(ratio['median'], 2)} over {ratio['n']} round(s)")
+                           f"median {_num(ratio['median'], 2)} over {ratio['n']} round(s)"
+                           + at_floor)
             else:
                 out.append(f"{scenario}: {policy} ÷ best stock runtime = "
                            f"{_num(ratio['median'], 2)}× (median of {ratio['n']} round(s), "

@@ -9,7 +9,7 @@ over VALID runs, and the ratios computed per round (:func:`ratios_per_round`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,9 @@ from sparseloom.evaluation.serve_figures import (
     spread,
 )
 from sparseloom.runtime.load import LoadSpec
+
+#: How far under an accuracy SLO a served accuracy may fall and still meet it (float noise).
+ACCURACY_TOLERANCE = 1e-9
 
 
 def _table(values: dict[str, dict[int, float]], contenders: Sequence[Contender],
@@ -184,6 +187,38 @@ def accuracy_axis(context: ServeContext, points: int = 5) -> dict[str, list[floa
     return out
 
 
+def violation_floor(context: ServeContext, axis: Mapping[str, Sequence[float]]
+                    ) -> dict[str, Any]:
+    """The violation rate no contender can go under on ``axis``: the cells whose accuracy SLO
+    no stitched variant reaches, whether measured on the evaluation processor or as served on
+    a profiled one (:attr:`~sparseloom.profile.table.TaskProfile.served_accuracy`). The dense
+    model every stock runtime serves and every variant a baseline serves are stitched variants
+    too, judged by the same figures (:func:`_judge`), so none of them meets such a cell either.
+    Latency plays no part: a contender may miss a reachable cell too, so this is a lower bound,
+    the same at every k.
+
+    Returns ``violation_rate`` (unreachable cells over tasks × levels), ``unreachable`` (task →
+    its levels no variant reaches) and ``best_accuracy`` (task → the best accuracy any variant
+    has).
+    """
+    table = context.profile.unmasked or context.profile
+    best: dict[str, float] = {}
+    unreachable: dict[str, list[int]] = {}
+    for name, levels in axis.items():
+        profile = table.task(name)
+        measured = np.concatenate([np.ravel(profile.accuracy()),
+                                   np.ravel(profile.served_accuracy)])
+        measured = measured[np.isfinite(measured)]
+        best[name] = float(measured.max()) if measured.size else -math.inf
+        missed = [level for level, accuracy in enumerate(levels)
+                  if best[name] < accuracy - ACCURACY_TOLERANCE]
+        if missed:
+            unreachable[name] = missed
+    cells = sum(len(levels) for levels in axis.values())
+    rate = sum(map(len, unreachable.values())) / cells if cells else math.nan
+    return {"violation_rate": rate, "unreachable": unreachable, "best_accuracy": best}
+
+
 def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
          recorder: Recorder, ks: Sequence[float] = (), points: int = 5) -> dict[str, Any]:
     """Violation rate per contender at latency SLO = k × isolated dense latency, over the
@@ -229,7 +264,7 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
                       for r in range(options.grid_rounds) if any(r in v for v in per_k.values())}
                for name, per_k in violations.items()}
     return {"figure": "violation_rate", "unit": "fraction of tasks", "accuracy_axis": axis,
-            "isolated_dense_ms": iso, "k": by_k,
+            "floor": violation_floor(context, axis), "isolated_dense_ms": iso, "k": by_k,
             "contenders": _table(overall, contenders, recorder.runs_of("grid"),
                                  "violation_rate"),
             "ratios": ratios_per_round(overall, contenders, higher_is_better=False),
@@ -249,6 +284,6 @@ def _judge(run: dict[str, Any], slos: dict[str, SLO]) -> float:
         return whole if whole == whole else float(task.accuracy_measured)
 
     missed = [t for t in summary.tasks
-              if not (accuracy(t) >= slos[t.task].accuracy - 1e-9
+              if not (accuracy(t) >= slos[t.task].accuracy - ACCURACY_TOLERANCE
                       and t.latency.p90_ms <= slos[t.task].latency_ms)]
     return len(missed) / len(summary.tasks) if summary.tasks else math.nan

@@ -24,6 +24,9 @@ contender                configuration
                          each task, merged into one model (:mod:`sparseloom.zoo.whole`)
 =======================  ======================================================================
 
+Every stock runtime serves the model files as they are, a symbolic batch dimension included;
+sparseloom's runtime serves them with the batch fixed to 1 (:mod:`sparseloom.zoo.batch_one`).
+
 Requests of one task run one after another (one session per task, one caller thread); tasks
 run concurrently and the operating system time-slices them, as it does for a user's threads.
 """
@@ -151,7 +154,9 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
         variants[name] = StitchedVariant(name, (1 if chosen else 0,))
         placement[name] = processor.name
     plan = _WholePlan(variants, placement)
-    runtime = Runtime(tasks, processors, options=RuntimeOptions(),
+    # The model files as a user has them: symbolic batch and all (sparseloom's own runtime
+    # fixes it to 1, docs/evaluation.md).
+    runtime = Runtime(tasks, processors, options=RuntimeOptions(batch_one=False),
                       planner=lambda active, down: plan)
     rss_before = rss_bytes()
     started = time.perf_counter()

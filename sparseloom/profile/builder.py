@@ -227,8 +227,14 @@ def _first_row(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def subgraph_jobs(zoo: Any, inputs: Sequence[Mapping[str, np.ndarray]]) -> list[SubgraphJob]:
-    """One batch-1 timing job per (position, variant), fed the dense prefix's activations."""
-    return [SubgraphJob(j, i, str(zoo.subgraph_path(j, i)), _first_row(inputs[j]))
+    """One batch-1 timing job per (position, variant), fed the dense prefix's activations;
+    each subgraph with its batch fixed to 1, as the runtime serves it
+    (:mod:`sparseloom.zoo.batch_one`)."""
+    from sparseloom.zoo.batch_one import batch_one_path, batch_params
+
+    params = batch_params(zoo.boundary(0).inputs)
+    return [SubgraphJob(j, i, str(batch_one_path(zoo.subgraph_path(j, i), params)),
+                        _first_row(inputs[j]))
             for j in range(zoo.positions) for i in range(len(zoo.variants))]
 
 

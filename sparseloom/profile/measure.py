@@ -80,7 +80,7 @@ class ProfilerConfig:
     def cache_key(self) -> dict[str, Any]:
         """What of this config changes the measurements (part of the profile cache key)."""
         return {"warmup": self.warmup, "repeats": self.repeats, "batch_size": 1,
-                "schedule": 4, "statistic": self.statistic}
+                "batch_fixed": True, "schedule": 4, "statistic": self.statistic}
 
     def reduce(self, samples: np.ndarray) -> float:
         """The configured statistic of ``samples`` (NaN when empty)."""

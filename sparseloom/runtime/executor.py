@@ -74,7 +74,7 @@ class Runtime(StageHandler):
         self.states = {name: TaskState(task, LatencyMonitor(name, task.slo.latency_ms,
                                                             self.options.window))
                        for name, task in self.tasks.items()}
-        self.loader = ModelLoader(self.tasks)
+        self.loader = ModelLoader(self.tasks, batch_one=self.options.batch_one)
         self.control = ControlThread()
         self.slos: dict[str, Any] = {name: task.slo for name, task in self.tasks.items()}
         # The newest feedbacks and switch events (bounded), and every task's switch count.

@@ -125,11 +125,14 @@ class ModelLoader:
         tasks: the served tasks by name (their zoos give the subgraph files).
         started_s: ``time.perf_counter()`` at the start of the run (events are relative to it).
         events: every load so far.
+        batch_one: load each model with its batch dimension fixed to 1
+            (:mod:`sparseloom.zoo.batch_one`): every request is one row.
     """
 
     tasks: Mapping[str, RuntimeTask]
     started_s: float = attrs.field(factory=time.perf_counter)
     events: list[LoadEvent] = attrs.field(factory=list)
+    batch_one: bool = True
 
     def load(self, key: ModelKey, worker: ProcessorWorker, reason: str,
              lent_cores: tuple[int, ...] = ()) -> LoadEvent | None:
@@ -174,6 +177,10 @@ class ModelLoader:
             path = merged_path(task.zoo, variant)
         else:
             path = task.zoo.subgraph_path(position, variant)
+        if self.batch_one:
+            from sparseloom.zoo.batch_one import batch_one_path, batch_params
+
+            path = batch_one_path(path, batch_params(task.zoo.boundary(0).inputs))
         started = time.perf_counter()
         kept = _KEPT.get((str(path), processor)) if _KEPT is not None else None
         if kept is not None:

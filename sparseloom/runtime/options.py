@@ -25,6 +25,9 @@ class RuntimeOptions:
         max_queued: a task's unended requests past which ``submit`` raises ``Overloaded``
             (``None``: no bound; the :class:`~sparseloom.Server` sets one).
         keep_requests: ended requests kept in :attr:`Runtime.finished` (the newest).
+        batch_one: serve every model with its symbolic batch dimension fixed to 1, as the
+            profiler times it (:mod:`sparseloom.zoo.batch_one`); the stock runtimes of ``bench
+            serve`` turn it off and serve the model files as they are.
     """
 
     window: int = attrs.field(default=WINDOW, validator=number_field(low=1, integer=True))
@@ -35,3 +38,4 @@ class RuntimeOptions:
     max_queued: int | None = attrs.field(
         default=None, validator=number_field(low=1, integer=True, optional=True))
     keep_requests: int = attrs.field(default=4096, validator=number_field(low=0, integer=True))
+    batch_one: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))

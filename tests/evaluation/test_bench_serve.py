@@ -164,5 +164,26 @@ def test_k_chooses_the_latency_multipliers(tiny: tuple[Any, Any],
     assert set(grid["k"]) == {"3", "7.5"}
     iso = grid["isolated_dense_ms"]["tiny"]
     assert report["options"]["ks"] == [3.0, 7.5] and iso > 0
+    # The floor is a lower bound of every contender's violation rate, and its line says so.
+    floor = grid["floor"]["violation_rate"]
+    assert all(row["median"] >= floor for row in grid["contenders"] if row["n"])
     assert main(["bench", "serve", "tiny", "--k", "5", "--k", "5"]) == 2
     assert "--k repeats a value: 5, 5" in capsys.readouterr().err
+
+
+def test_the_grid_floor_counts_the_cells_no_variant_reaches(context: ServeContext) -> None:
+    from sparseloom.evaluation.serve_report import _floor_lines
+    from sparseloom.evaluation.serve_scenarios import violation_floor
+
+    profile = context.profile.task("tiny")
+    dense = float(profile.source_accuracy[0])  # what every stock runtime serves
+    # Level 0 asks nothing, level 1 what the dense model scores, level 2 more than a metric in
+    # [0, 1] can be: only level 2 is out of everyone's reach, one cell of three.
+    axis = {"tiny": [0.0, dense, 1.5]}
+    floor = violation_floor(context, axis)
+    assert floor["unreachable"] == {"tiny": [2]}
+    assert floor["violation_rate"] == pytest.approx(1 / 3)
+    assert dense <= floor["best_accuracy"]["tiny"] <= 1.0
+    text = " ".join(_floor_lines({"floor": floor, "accuracy_axis": axis}))
+    assert "**0.33**" in text and "tiny at level 2 (SLO 1.5000" in text
+    assert violation_floor(context, {"tiny": [0.0, dense]})["violation_rate"] == 0.0

@@ -259,8 +259,11 @@ class _Tagged(WrappedLoaded):
 
 def test_processor_failing_mid_profile_keeps_the_rest(tiny: Any, tiny_zoos: dict[str, Any],
                                                       tmp_path: Path) -> None:
+    from sparseloom.zoo.batch_one import batch_one_path, batch_params
+
     zoo = tiny_zoos["tiny"]
-    failing = str(zoo.subgraph_path(1, 2))
+    # The profiler times the batch-1 copy of each subgraph (what the runtime serves).
+    failing = str(batch_one_path(zoo.subgraph_path(1, 2), batch_params(zoo.boundary(0).inputs)))
     double = None
 
     def resolve(processor: Any) -> Any:

@@ -165,3 +165,30 @@ def test_a_failed_merged_call_is_retried_elsewhere_then_named_in_the_error(
     finally:
         runtime.stop()
 
+
+
+@pytest.mark.parametrize("processor", ["ort:CPU", "ov:CPU"])
+def test_the_runtime_serves_batch_one_copies_unless_told_not_to(
+        two_tasks: tuple[Any, Any], processor: str) -> None:
+    from sparseloom.runtime import switching
+
+    workload, _ = two_tasks
+    task = workload.task(TASK)
+    oracle = plain_onnxruntime(two_tasks, TASK, CHOICES)
+    for batch_one in (True, False):
+        runtime = _runtime(two_tasks, RuntimeOptions(batch_one=batch_one))
+        try:
+            switching.start(runtime, _plan((processor, processor)))
+            resident = runtime.workers[processor].models[(TASK, WHOLE, CHOICES)]
+            source = resident.loaded.compiled.source
+            # The merged model's batch is 1 in the copy the runtime serves; as it is, the
+            # file keeps its named batch (what the stock runtimes of `bench serve` load).
+            shapes = [spec.shape[0] for spec in source.inputs]
+            assert (source.path.parent.name == "batch1") is batch_one
+            assert all((s == 1) if batch_one else isinstance(s, str) for s in shapes)
+            answers = answers_in_turn(runtime, TASK, range(4))
+            for row, answer in enumerate(answers):
+                for name, value in oracle(eval_row(task, row)).items():
+                    np.testing.assert_allclose(answer[name], value, rtol=1e-4, atol=1e-4)
+        finally:
+            runtime.stop()

@@ -1,0 +1,102 @@
+"""Models specialised to batch 1: what the runtime serves and the profiler times.
+
+Every request the runtime serves is one row of a task's inputs (batch 1), and the profiler
+times every stage on one row. A model exported with a symbolic batch dimension (``batch`` in
+the bundled tasks' inputs, and in every boundary tensor their zoos cut) makes the backend plan
+for any batch: OpenVINO then keeps its shape sub-graphs (``Shape → Gather → Concat →
+Reshape``) and dynamic-shape kernels at run time. Fixing the batch to 1 (ONNX Runtime's own
+:func:`onnxruntime.tools.onnx_model_utils.make_dim_param_fixed`) lets it fold them when it
+compiles. Measured on ``mix``'s ``review`` (the whole merged models, hot, one thread, p25 of
+300 calls, three interleaved rounds; Intel Xeon with AMX; docs/results.md, session 16): bf16
+OpenVINO 1.87 → 1.36 ms for the int8 pick, 1.65 → 1.37 ms for the dense model; ONNX Runtime
+1.76–1.85 → 1.70–1.78 ms (int8), 3.52–3.71 → 3.47–3.61 ms (dense).
+
+Which dimensions: the symbolic names (``dim_param``) of the first dimension of the task's
+inputs. By ONNX's rules one name is one size wherever it appears, so every tensor carrying it
+(the boundary tensors between subgraphs, the outputs) is batch 1 too; a batch dimension without
+a name stays dynamic. Evaluating accuracy runs batches of many rows and keeps the models as
+they are. Copies are cached under ``<cache>/batch1/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sparseloom.core.cache import cache_dir, file_hash, file_lock
+from sparseloom.core.errors import ZooError
+
+__all__ = ["batch_one_path", "batch_params"]
+
+#: Above this size a copy keeps its weights in an external data file (protobuf's 2 GiB limit).
+_INLINE_LIMIT = 1 << 30
+
+
+def batch_params(inputs: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The symbolic batch names of a task: the named first dimensions of its ``inputs``
+    (tensor dicts with a ``shape``, as :class:`~sparseloom.zoo.types.BoundaryInfo` has them)."""
+    names = [shape[0] for spec in inputs
+             if (shape := spec.get("shape")) and isinstance(shape[0], str) and shape[0]]
+    return tuple(dict.fromkeys(names))
+
+
+def batch_one_path(path: str | os.PathLike[str], params: Iterable[str]) -> Path:
+    """``path`` with each of ``params`` fixed to 1 wherever the model names it.
+
+    The copy is made once and cached (keyed by the file's digest and ``params``); ``path``
+    itself is returned when the model names none of them.
+
+    :raises ZooError: the model cannot be read or the copy cannot be written.
+    """
+    wanted = tuple(sorted(set(params)))
+    source = Path(path)
+    if not wanted:
+        return source
+    stat = source.stat()
+    return _specialised(str(source.resolve()), stat.st_mtime_ns, stat.st_size, wanted)
+
+
+@functools.lru_cache(maxsize=4096)
+def _specialised(path: str, _mtime_ns: int, _size: int, params: tuple[str, ...]) -> Path:
+    """:func:`batch_one_path` for one version of one file (memoised in the process)."""
+    import onnx
+    from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
+
+    digest = file_hash(path)[:16]
+    folder = cache_dir() / "batch1"
+    target = folder / f"{digest}-{'_'.join(params)}.onnx"
+    if target.is_file():
+        return target
+    try:
+        model = onnx.load(path)
+    except Exception as error:  # onnx raises DecodeError, OSError ...
+        raise ZooError(f"cannot read {path} to fix its batch dimension to 1: {error}") from error
+    named = _dim_params(model.graph)
+    present = [name for name in params if name in named]
+    if not present:
+        return Path(path)
+    for name in present:
+        make_dim_param_fixed(model.graph, name, 1)
+    folder.mkdir(parents=True, exist_ok=True)
+    with file_lock(folder / ".lock"):
+        if not target.is_file():
+            temporary = target.with_suffix(f".{os.getpid()}.tmp")
+            external = model.ByteSize() > _INLINE_LIMIT
+            try:
+                onnx.save_model(model, str(temporary), save_as_external_data=external,
+                                location=f"{target.name}.data" if external else None)
+                os.replace(temporary, target)
+            except OSError as error:
+                raise ZooError(f"cannot write the batch-1 copy of {path} to {target}: "
+                               f"{error}; check the cache folder ({folder})") from error
+    return target
+
+
+def _dim_params(graph: Any) -> set[str]:
+    """Every ``dim_param`` the graph's inputs, outputs and value infos name."""
+    values = [*graph.input, *graph.output, *graph.value_info]
+    return {dim.dim_param for value in values if value.type.HasField("tensor_type")
+            for dim in value.type.tensor_type.shape.dim if dim.dim_param}
