@@ -105,6 +105,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             for k, part in result["k"].items():
                 lines += ["", f"### k = {k}", ""]
                 lines += _contender_table(part["contenders"], header, digits)
+                if part.get("at_bracket_top"):
+                    lines += ["", f"Met the SLOs at every probe, up to the top of the bracket "
+                              f"(the capacity is at least the figure above): "
+                              f"{', '.join(part['at_bracket_top'])}."]
                 lines += ["", *_ratio_lines(f"k = {k}", part)]
             if scenario == "grid":
                 lines += ["", "### all k", ""]

@@ -96,6 +96,9 @@ class Bisection:
     high: float
     low: float = 0.0
     capacity: float = 0.0
+    #: Every probe met the SLOs: the capacity is at least what was found, perhaps beyond the
+    #: bracket.
+    never_missed: bool = True
 
     def next_rate(self) -> float:
         """The rate to probe next: the middle of the bracket."""
@@ -106,7 +109,7 @@ class Bisection:
         if met:
             self.low = self.capacity = max(self.capacity, rate)
         else:
-            self.high = rate
+            self.high, self.never_missed = rate, False
 
 
 def _meets(run: dict[str, Any], slos: dict[str, SLO]) -> bool:
@@ -120,7 +123,11 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
     """The largest Poisson rate per task at which every task meets its SLOs, by bisection.
 
     The bracket is [0, 1.5 × closed-loop throughput ÷ tasks] (a rate above the closed-loop
-    throughput cannot be sustained); ``capacity_steps`` halvings leave a tolerance of
+    throughput cannot be sustained), the throughput the closed scenario measured or, without
+    it, one closed run at the closed scenario's SLOs (equal accuracy, latency unconstrained:
+    the plan for throughput; under a k's tight latency SLOs a policy may plan for latency and
+    run the closed loop slower, which once capped sparseloom-loaded's capacity at k = 10 below
+    what it sustained); ``capacity_steps`` halvings leave a tolerance of
     1.5 / 2**steps of it. A probe stops as soon as its verdict is certain (``early_stop``:
     a task with a tenth of its requests over the SLO), so failing probes cost seconds. A
     contender's capacity is the largest rate probed that met every SLO
@@ -138,13 +145,15 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
         slos = dense_slos(context, {t: k * iso[t] for t in iso})
         playing = [c for c in contenders if not c.is_baseline or k in options.baseline_ks]
         values: dict[str, dict[int, float]] = {}
+        topped: set[str] = set()
         for round_index in range(options.capacity_rounds):
             for contender in playing:
                 if contender.name not in brackets:
                     run = recorder.run("capacity-bracket", contender, round_index,
                                        partial(serve_contender, context, contender,
                                                LoadSpec("closed", queries=options.queries,
-                                                        seed=options.seed), slos))
+                                                        seed=options.seed),
+                                               dense_slos(context)))
                     rate = run["figures"].get("throughput_rps", math.nan)
                     brackets[contender.name] = 1.5 * rate / tasks if rate == rate else 100.0
             searches = {c.name: Bisection(brackets[c.name]) for c in playing}
@@ -161,14 +170,17 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
                     run["met"] = _meets(run, slos)
                     search.record(rate, run["met"])
             for contender in playing:
-                values.setdefault(contender.name, {})[round_index] = \
-                    searches[contender.name].capacity
+                search = searches[contender.name]
+                values.setdefault(contender.name, {})[round_index] = search.capacity
+                if search.never_missed:
+                    topped.add(contender.name)
         runs = [r for r in recorder.runs_of("capacity") if r.get("k") == k]
         by_k[f"{k:g}"] = {
             "slo_latency_ms": {t: k * iso[t] for t in iso},
             "contenders": _table(values, playing, runs, "rate_rps_per_task"),
             "ratios": ratios_per_round(values, playing),
-            "ratios_by_policy": family_ratios(values, playing)}
+            "ratios_by_policy": family_ratios(values, playing),
+            "at_bracket_top": sorted(topped)}
     headline = by_k.get("5") or next(iter(by_k.values()))
     return {"figure": "rate_rps_per_task", "unit": "requests/s per task",
             "isolated_dense_ms": iso, "k": by_k,

@@ -27,7 +27,11 @@ def test_bisection_brackets_a_monotone_threshold() -> None:
     for _ in range(6):
         rate = search.next_rate()
         search.record(rate, met=rate <= 37.0)
-    assert 37.0 - 100.0 / 2**6 <= search.capacity <= 37.0
+    assert 37.0 - 100.0 / 2**6 <= search.capacity <= 37.0 and not search.never_missed
+    everything = Bisection(high=10.0)
+    for _ in range(4):
+        everything.record(everything.next_rate(), met=True)
+    assert everything.never_missed and everything.capacity == 10.0 * (1 - 1 / 2**4)
     nothing = Bisection(high=10.0)
     for _ in range(4):
         nothing.record(nothing.next_rate(), met=False)
