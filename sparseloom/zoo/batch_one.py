@@ -56,12 +56,15 @@ def batch_one_path(path: str | os.PathLike[str], params: Iterable[str]) -> Path:
     if not wanted:
         return source
     stat = source.stat()
-    return _specialised(str(source.resolve()), stat.st_mtime_ns, stat.st_size, wanted)
+    copy = _specialised(str(source.resolve()), stat.st_mtime_ns, stat.st_size, wanted)
+    return source if copy is None else copy
 
 
 @functools.lru_cache(maxsize=4096)
-def _specialised(path: str, _mtime_ns: int, _size: int, params: tuple[str, ...]) -> Path:
-    """:func:`batch_one_path` for one version of one file (memoised in the process)."""
+def _specialised(path: str, _mtime_ns: int, _size: int, params: tuple[str, ...]
+                 ) -> Path | None:
+    """The batch-1 copy of one version of one file, ``None`` when the model names none of
+    ``params`` (memoised in the process)."""
     import onnx
     from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
 
@@ -77,7 +80,7 @@ def _specialised(path: str, _mtime_ns: int, _size: int, params: tuple[str, ...])
     named = _dim_params(model.graph)
     present = [name for name in params if name in named]
     if not present:
-        return Path(path)
+        return None
     for name in present:
         make_dim_param_fixed(model.graph, name, 1)
     folder.mkdir(parents=True, exist_ok=True)
