@@ -251,6 +251,8 @@ def serve(
     :param profile: the workload's profile (default: :func:`build_profile` with its defaults).
     :param config: policy, SLOs, memory budget, load and runtime options
         (:class:`sparseloom.runtime.session.RunConfig`).
+    :raises RunInterrupted: Ctrl-C cut the load short (a ``KeyboardInterrupt``, from
+        :mod:`sparseloom.runtime.summary`); its ``partial`` is the result so far.
     """
     from sparseloom.profile.table import ProfileTable
     from sparseloom.runtime.session import RunConfig

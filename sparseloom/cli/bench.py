@@ -8,9 +8,10 @@ from __future__ import annotations
 import click
 
 from sparseloom.cli.output import echo_json, echo_table
+from sparseloom.cli.parsing import CALLS, ROUNDS, BoundedInt, CheckedGroup
 
 
-@click.group("bench")
+@click.group("bench", cls=CheckedGroup)
 def bench() -> None:
     """Micro-benchmarks of sparseloom's building blocks."""
 
@@ -18,9 +19,10 @@ def bench() -> None:
 @bench.command("backends")
 @click.option("--processors", "processor_specs", default="ov:CPU,ort:CPU", show_default=True,
               help="Two or more processors, comma-separated.")
-@click.option("--requests", type=click.IntRange(min=5), default=200, show_default=True,
+@click.option("--requests", type=CALLS.at_least(5), default=200, show_default=True,
               help="Requests per measurement.")
-@click.option("--channels", type=click.IntRange(min=1), default=32, show_default=True,
+@click.option("--channels", type=BoundedInt(1, 4096, "wider is only slower"), default=32,
+              show_default=True,
               help="Width of the conv net (sets the per-request work).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 def bench_backends(processor_specs: str, requests: int, channels: int, as_json: bool) -> None:
@@ -75,9 +77,9 @@ def bench_backends(processor_specs: str, requests: int, channels: int, as_json: 
 @click.argument("workload", default="tiny")
 @click.option("--processor", "-p", default=None,
               help="The processor to serve on (default: the profile's first).")
-@click.option("--requests", type=click.IntRange(min=10), default=200, show_default=True,
+@click.option("--requests", type=CALLS.at_least(10), default=200, show_default=True,
               help="Requests per round.")
-@click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--rounds", type=ROUNDS, default=5, show_default=True,
               help="Interleaved rounds (runtime, bare) per task.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 def bench_runtime(workload: str, processor: str | None, requests: int, rounds: int,
@@ -107,7 +109,7 @@ def bench_runtime(workload: str, processor: str | None, requests: int, rounds: i
 @bench.command("policies")
 @click.option("--policy", "policies", multiple=True,
               help="Policy to time (repeat); default sparseloom.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--repeats", type=ROUNDS, default=5, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def bench_policies(policies: tuple[str, ...], repeats: int, as_json: bool) -> None:
     """Decision time of placement policies on synthetic profile tables (docs/plan.md)."""

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from sparseloom.cli.parsing import LATENCY_MULTIPLIER, ROUNDS, distinct_processors
+
 SCENARIO_CHOICES = ("closed", "capacity", "grid")
 
 
@@ -22,17 +24,18 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
 @click.option("--contender", "contenders", multiple=True,
               help="Contender to run (repeat); default every registered policy and every stock "
                    "runtime.")
-@click.option("--rounds", type=click.IntRange(min=1), default=None,
+@click.option("--rounds", type=ROUNDS, default=None,
               help="Interleaved rounds of the closed scenario [default 5; --quick 2].")
-@click.option("--capacity-rounds", type=click.IntRange(min=1), default=None,
+@click.option("--capacity-rounds", type=ROUNDS, default=None,
               help="Bisections per contender and k in the capacity scenario [default 1].")
-@click.option("--grid-rounds", type=click.IntRange(min=1), default=None,
+@click.option("--grid-rounds", type=ROUNDS, default=None,
               help="Interleaved rounds of the grid scenario [default 1].")
-@click.option("--k", "ks", multiple=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--k", "ks", multiple=True, type=LATENCY_MULTIPLIER,
               help="Latency SLO multiplier k of the capacity and grid scenarios (repeat): the "
                    "latency SLO is k × the isolated dense latency [default 2, 5, 10; --quick "
                    "5]. Baselines join the capacity search at k = 5 only.")
 @click.option("--processor", "-p", "processors", multiple=True,
+              callback=distinct_processors,
               help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
                    "-p`; default the workload's, else the default set. The matched stock "
                    "runtimes follow its cores and precision.")
@@ -55,17 +58,15 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     the best baseline. Benchmark on a quiet machine: the load average before every run is
     recorded and a busy machine is flagged.
     """
-    import json
-
     import attrs
 
-    from sparseloom.cli.output import echo_json, ensure_output_dir
+    from sparseloom.cli.output import ensure_output_dir
     from sparseloom.cli.run import load_profiled
     from sparseloom.core.types import repeated
-    from sparseloom.evaluation.bench_serve import bench_serve
+    from sparseloom.evaluation.bench_serve import BenchInterrupted, bench_serve, nothing_measured
     from sparseloom.evaluation.contenders import select_contenders
     from sparseloom.evaluation.serve_figures import QUICK, BenchOptions
-    from sparseloom.evaluation.serve_report import headline_lines, render_markdown, write_figures
+    from sparseloom.runtime import interrupts
 
     folder = ensure_output_dir(out) if out is not None else None
     select_contenders(contenders)  # refuse a bad name before anything is built
@@ -82,26 +83,46 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
             raise click.UsageError(f"--k repeats a value: {', '.join(f'{k:g}' for k in ks)}")
         changes["ks"] = ks
     options = attrs.evolve(options, **changes)
-    from sparseloom.core.processors import check_distinct
-
-    check_distinct(list(processors), "--processor")
-    loaded, profile = load_profiled(workload, progress=not as_json, processors=processors)
-    from sparseloom.zoo.load import load_zoo
-    from sparseloom.zoo.options import zoo_directory
-
-    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
-            for name in profile.tasks}
-
     def progress(line: str) -> None:
         click.echo(line, err=True)
 
-    report = bench_serve(loaded, profile, zoos, contenders=contenders, options=options,
-                         progress=None if as_json else progress)
+    try:
+        loaded, profile = load_profiled(workload, progress=not as_json, processors=processors)
+        from sparseloom.zoo.load import load_zoo
+        from sparseloom.zoo.options import zoo_directory
+
+        zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
+                for name in profile.tasks}
+        report = bench_serve(loaded, profile, zoos, contenders=contenders, options=options,
+                             progress=None if as_json else progress)
+    except (KeyboardInterrupt, Exception) as interrupt:
+        # Ctrl-C, wherever it came (also as another error it caused on its way): what was
+        # measured is written and shown, marked incomplete (BenchInterrupted carries it;
+        # before the first run nothing was), then the shell's status for Ctrl-C.
+        if not isinstance(interrupt, KeyboardInterrupt) and not interrupts.pressed():
+            raise
+        report = (interrupt.report if isinstance(interrupt, BenchInterrupted)
+                  else nothing_measured(workload, options))
+        _emit(report, folder, as_json)
+        click.echo(f"Interrupted (Ctrl-C): the report is incomplete "
+                   f"({report['incomplete']['reason']})", err=True)
+        raise click.exceptions.Exit(130) from None
+    _emit(report, folder, as_json)
+
+
+def _emit(report: dict[str, Any], folder: Path | None, as_json: bool) -> None:
+    """Write the report to ``folder`` (when given) and print it (Markdown, or JSON)."""
+    import json
+
+    from sparseloom.cli.output import echo_json
+    from sparseloom.evaluation.serve_report import headline_lines, render_markdown, write_figures
+
     markdown = render_markdown(report)
     if folder is not None:
         (folder / "report.json").write_text(json.dumps(report, indent=2, default=str))
         (folder / "report.md").write_text(markdown)
-        write_figures(report, folder)
+        if report["scenarios"]:
+            write_figures(report, folder)
     if as_json:
         echo_json(report)
         return

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_table, ensure_output_dir
+from sparseloom.cli.parsing import SAMPLES, SUBGRAPHS, distinct_processors
 
 
 class _Steps:
@@ -41,7 +42,7 @@ class _Steps:
 @click.command("demo")
 @click.option("--workload", default="default", show_default=True,
               help="A bundled workload name or a workload TOML file.")
-@click.option("--subgraphs", "-S", type=click.IntRange(min=1), default=None,
+@click.option("--subgraphs", "-S", type=SUBGRAPHS, default=None,
               help="Subgraph positions S (default: the number of processors).")
 @click.option("--variants", default=None,
               help="The zoos' variants, comma-separated, dense first (default: the workload "
@@ -49,9 +50,10 @@ class _Steps:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("out/demo"), show_default=True,
               help="Folder for the Pareto figures, CSVs and the validation report.")
-@click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True,
+@click.option("--sample", type=SAMPLES.at_least(0), default=200, show_default=True,
               help="Stitched variants measured per task for the Pareto figures.")
 @click.option("--processor", "-p", "processors", multiple=True,
+              callback=distinct_processors,
               help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
                    "-p`; default the workload's, else the default set, with OpenVINO in the "
                    "precision it picks for this CPU (bf16 where the CPU computes bf16).")

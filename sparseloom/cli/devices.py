@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_json, echo_table, ensure_output_file
+from sparseloom.cli.parsing import CALLS
 from sparseloom.core.errors import BackendError, ConfigError, DataError
 
 
@@ -65,8 +66,7 @@ def _read_inputs(path: Path, ranks: dict[str, int]) -> dict[str, Any]:
     An array has rows to run when it has a first dimension above 0; an input the model declares
     with rank 0 (a scalar, such as a sample rate) is run as given.
     """
-    import numpy as np
-
+    from sparseloom.runtime.admission import count_non_finite
     from sparseloom.workload.build import read_npz
 
     arrays = read_npz(path, "--input")
@@ -76,11 +76,10 @@ def _read_inputs(path: Path, ranks: dict[str, int]) -> dict[str, Any]:
         if array.ndim == 0 or array.shape[0] == 0:
             raise DataError(f"--input {path}: array {name!r} has shape {list(array.shape)}, no "
                             "rows to run; give at least one row (batch first)")
-        if array.dtype.kind in "fc":
-            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
-            if bad:
-                click.echo(f"Warning: --input {path}: array {name!r} holds {bad} NaN or Inf "
-                           f"value(s) of {array.size}; the outputs will not mean much", err=True)
+        bad = count_non_finite(array)  # the check Server.submit makes too
+        if bad:
+            click.echo(f"Warning: --input {path}: array {name!r} holds {bad} NaN or Inf "
+                       f"value(s) of {array.size}; the outputs will not mean much", err=True)
     return arrays
 
 
@@ -127,7 +126,7 @@ def _percentile(samples: list[float], q: float) -> float:
               help="A .npz file with one array per input name (random inputs when absent).")
 @click.option("--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the outputs to this .npz file, one array per output name.")
-@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--repeat", type=CALLS, default=10, show_default=True,
               help="Timed runs after one warm-up run.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 def infer_command(model: Path, processor_spec: str, input_path: Path | None,

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_json, echo_table
+from sparseloom.cli.parsing import ORDERS, ROUNDS, SERVED_QUERIES, SIMULATED_QUERIES
 
 
 def _progress(enabled: bool) -> Any:
@@ -36,11 +37,11 @@ def _progress(enabled: bool) -> Any:
               help="Contender to run (repeat); default every registered policy + vanilla-ov, "
                    "vanilla-ort.")
 @click.option("--exclude", multiple=True, help="Contender to leave out (repeat).")
-@click.option("--orders", type=click.IntRange(min=1), default=None,
+@click.option("--orders", type=ORDERS, default=None,
               help="Arrival orders to sample (default all T!).")
-@click.option("--queries", type=click.IntRange(min=1), default=None,
+@click.option("--queries", type=SERVED_QUERIES, default=None,
               help="Requests per task per run [default 100; 20 with --quick].")
-@click.option("--repeats", type=click.IntRange(min=1), default=None,
+@click.option("--repeats", type=ROUNDS, default=None,
               help="Runs per cell [default 3; 1 with --quick].")
 @click.option("--slo-config", "slo_configs", multiple=True, type=click.IntRange(0, 24),
               help="SLO configuration (0-24) to run for real (repeat); the rest simulated "
@@ -111,7 +112,7 @@ def evaluate_command(workload: str, quick: bool, contenders: tuple[str, ...],
               help="A device TOML path, or the name of a bundled one.")
 @click.option("--policy", "policies", multiple=True,
               help="Policy to simulate (repeat); default every registered policy.")
-@click.option("--queries", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--queries", type=SIMULATED_QUERIES, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def simulate_command(workload: str, device_file: str, policies: tuple[str, ...], queries: int,
                      as_json: bool) -> None:
@@ -152,7 +153,7 @@ def simulate_command(workload: str, device_file: str, policies: tuple[str, ...],
               help="A device TOML path, or the name of a bundled one.")
 @click.option("--policy", "policies", multiple=True,
               help="Policy to simulate (repeat); default every registered policy.")
-@click.option("--queries", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--queries", type=SIMULATED_QUERIES, default=50, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write sweep.json and sweep.csv here.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

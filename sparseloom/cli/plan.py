@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
 
 from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table
-from sparseloom.cli.parsing import parse_budget, parse_slos
+from sparseloom.cli.parsing import distinct_processors, parse_budget, parse_slos
 
 
 def _check_available(table: Any) -> None:
@@ -24,19 +25,23 @@ def _check_available(table: Any) -> None:
 
 
 def plan_report(result: Any, table: Any) -> dict[str, Any]:
-    """The JSON document of ``sparseloom plan --json`` (keys documented in docs/plan.md)."""
+    """The JSON document of ``sparseloom plan --json`` (keys documented in docs/plan.md).
+
+    Optional plan fields a policy left out read as the SLO it was given and NaN estimates
+    (``make_plan`` fills them from the profile, so only a hand-made result lacks them).
+    """
     plan, preload = result.plan, result.preload
     tasks = {}
     for name, variant in plan.variants.items():
-        profile, slo = table.task(name), plan.slos[name]
+        profile, slo = table.task(name), plan.slos.get(name) or result.slos[name]
         tasks[name] = {
             "variant": list(variant.choices),
             "variant_names": [profile.variant_names[c] for c in variant.choices],
             "stitched": len(set(variant.choices)) > 1,
             "processors": list(plan.processors_of(name)),
-            "accuracy": plan.estimated_accuracy[name],
+            "accuracy": plan.estimated_accuracy.get(name, math.nan),
             "accuracy_measured": plan.accuracy_measured.get(name, False),
-            "latency_ms": plan.estimated_latency_ms[name],
+            "latency_ms": plan.estimated_latency_ms.get(name, math.nan),
             "slo": {"accuracy": slo.accuracy, "latency_ms": slo.latency_ms,
                     "source": result.slo_sources[name]},
             "feasible": bool(plan.feasible.get(name, True)),
@@ -107,6 +112,7 @@ def _echo(report: dict[str, Any]) -> None:
 @click.option("--memory-budget", default="1.0", show_default=True,
               help="Preload budget: a fraction of full preloading (0.55) or bytes.")
 @click.option("--processor", "-p", "processors", multiple=True,
+              callback=distinct_processors,
               help="Processor spec (repeat), as for `sparseloom profile`.")
 @click.option("--validate", is_flag=True,
               help="Measure ground truth and report the decision quality over the SLO grid.")
@@ -122,7 +128,6 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
     """
     from sparseloom.cli.profile import profile_options
     from sparseloom.core.errors import PlanError
-    from sparseloom.core.processors import check_distinct
     from sparseloom.core.registry import get_registry
     from sparseloom.plan.api import make_plan
     from sparseloom.profile.builder import build_profile, resolve_processors
@@ -130,7 +135,6 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
 
     get_registry().get_policy(policy)  # an unknown name fails before any profiling
     slos = parse_slos(slo_specs)
-    check_distinct(processors, "--processor")
     budget = parse_budget(memory_budget)
     loaded = load_workload(workload, progress=False)
     unknown = sorted(set(slos) - {t.name for t in loaded.tasks})

@@ -12,6 +12,14 @@ import click
 
 from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
+from sparseloom.cli.parsing import (
+    MEASUREMENTS,
+    ROUNDS,
+    SAMPLES,
+    SEED,
+    SUBGRAPHS,
+    distinct_processors,
+)
 
 
 def _fmt(value: Any, kind: str = "") -> str:
@@ -219,47 +227,48 @@ def _command_line(ctx: click.Context) -> str:
 @click.command("profile")
 @click.argument("workload")
 @click.option("--processor", "-p", "processors", multiple=True,
+              callback=distinct_processors,
               help="Processor spec (repeat); default: the workload's, else all available.")
 @click.option("--accuracy-estimator", default=None,
               help="Accuracy estimator by name (default: the workload's, else xgboost).")
 @click.option("--latency-estimator", default=None,
               help="Latency estimator by name (default: the workload's, else additive-fitted).")
-@click.option("--samples", type=click.IntRange(min=1), default=None,
+@click.option("--samples", type=SAMPLES, default=None,
               help="N: stitched variants measured exactly per task to train on.")
 @click.option("--features", type=click.Choice(["extended", "paper"]), default=None,
               help="Accuracy features: paper (source accuracies) or extended (default).")
-@click.option("--repeats", type=click.IntRange(min=3), default=20, show_default=True,
+@click.option("--repeats", type=MEASUREMENTS.at_least(3), default=20, show_default=True,
               help="Timed rounds per subgraph.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--warmup", type=MEASUREMENTS.at_least(0), default=3, show_default=True,
               help="Untimed runs per subgraph before the timed rounds (loads caches, JITs).")
 @click.option("--statistic", type=click.Choice(["median", "p25", "p10", "min"]),
               default="p25", show_default=True,
               help="What of the timed rounds a latency records; p25 resists a busy machine.")
-@click.option("--subgraphs", "-S", type=click.IntRange(min=1), default=None,
+@click.option("--subgraphs", "-S", type=SUBGRAPHS, default=None,
               help="S (default: one per processor).")
 @click.option("--variants", default=None,
               help="The zoo's variants, comma-separated, dense first, as `zoo build --variants` "
                    "takes them (default: the workload file's 'variants', else the ten of "
                    "docs/zoo.md).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seeds the sampling of stitched variants and the estimators' training.")
 @click.option("--validate", is_flag=True,
               help="Measure the ground truth and report how good the estimates are.")
-@click.option("--latency-samples", type=click.IntRange(min=1), default=60, show_default=True,
+@click.option("--latency-samples", type=SAMPLES, default=60, show_default=True,
               help="Random stitched variants × orders run end to end for validation.")
-@click.option("--exhaustive-chains", type=click.IntRange(min=0), default=250, show_default=True,
+@click.option("--exhaustive-chains", type=SAMPLES.at_least(0), default=250, show_default=True,
               help="Time every (stitched variant, order) chain when there are at most this "
                    "many, so exhaustive profiling is measured; 0 never does.")
-@click.option("--redraws", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--redraws", type=ROUNDS, default=10, show_default=True,
               help="Training sets drawn per task when validating accuracy.")
 @click.option("--no-ablation", is_flag=True, help="Skip the other estimators / features.")
 @click.option("--refresh", type=click.Choice(["rescale", "full"]), is_flag=False,
               flag_value="rescale", default=None,
               help="Re-time a sample of the cached profile's subgraphs; rescale the latencies "
                    "of processors that drifted (or re-time them all: --refresh full).")
-@click.option("--refresh-sample", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--refresh-sample", type=SAMPLES, default=4, show_default=True,
               help="Subgraphs re-timed per task by --refresh (each on every processor).")
-@click.option("--refresh-rounds", type=click.IntRange(min=3), default=None,
+@click.option("--refresh-rounds", type=ROUNDS.at_least(3), default=None,
               help="Timed rounds of the --refresh sample (default: the profile's --repeats).")
 @click.option("--drift-threshold", type=click.FloatRange(min=0, min_open=True), default=0.25,
               show_default=True, help="Relative change that counts as drift (0.25 = 25%).")
@@ -293,10 +302,6 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
                         validate=validate)
     if out is not None:  # before minutes of measuring, not after
         ensure_output_dir(out, "--out")
-    if processors:
-        from sparseloom.core.processors import check_distinct
-
-        check_distinct(processors, "--processor")
     _check_stitched_fit(subgraphs or len(processors) or None,
                         click.get_current_context().params.get("variants"))
     loaded = load_workload(workload, progress=not as_json)

@@ -9,7 +9,19 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sparseloom.cli.output import echo_json
-from sparseloom.cli.parsing import comma_items, finite_options, parse_budget, parse_slos
+from sparseloom.cli.parsing import (
+    MAX_DURATION_S,
+    MAX_SERVED_QUERIES,
+    SEED,
+    SERVED_QUERIES,
+    WINDOW,
+    BoundedFloat,
+    comma_items,
+    distinct_processors,
+    finite_options,
+    parse_budget,
+    parse_slos,
+)
 
 if TYPE_CHECKING:
     from sparseloom.runtime.load import LoadKind
@@ -30,6 +42,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
 @click.option("--memory-budget", default="1.0", show_default=True,
               help="Fraction of full preloading in (0, 1], or bytes when > 1.")
 @click.option("--processor", "-p", "processors", multiple=True,
+              callback=distinct_processors,
               help="Processor to serve on (repeat); default: the profile's. A spec with "
                    "options (ov:CPU?INFERENCE_PRECISION_HINT=bf16) is profiled and served as "
                    "given, as `sparseloom profile -p` takes it.")
@@ -37,19 +50,21 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
               help="Requests per task [default: 100, or unlimited with --duration].")
 @click.option("--load", "load_kind", type=click.Choice(["closed", "poisson"]),
               default="closed", show_default=True)
-@click.option("--rate", type=float, default=None,
+@click.option("--rate", type=BoundedFloat(None, 10**6, why="requests per second per task"),
+              default=None,
               help="Poisson arrivals per second per task (with --load poisson).")
 @click.option("--arrival-order", default=None, metavar="TASK,TASK,...",
               help="Tasks join one after another in this order (the plan is remade at each).")
-@click.option("--join-after", type=click.IntRange(min=1), default=None,
+@click.option("--join-after", type=SERVED_QUERIES, default=None,
               help="Requests the last joined task completes before the next joins.")
-@click.option("--duration", type=float, default=None,
+@click.option("--duration", type=BoundedFloat(None, MAX_DURATION_S, why="at most 30 days"),
+              default=None,
               help="Stop issuing after SECONDS; shows a live view while it serves.")
 @click.option("--inject-faults", type=click.FloatRange(0.0, 1.0), default=0.0,
               help="Fail this fraction of model calls on purpose (tests, demos).")
-@click.option("--window", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--window", type=WINDOW, default=20, show_default=True,
               help="Requests in each task's SLO monitor window.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write requests.csv (every request's record, streamed as it ends) and "
@@ -67,7 +82,6 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     """
     from sparseloom.cli.output import ensure_output_dir
     from sparseloom.core.errors import ConfigError
-    from sparseloom.core.processors import check_distinct
     from sparseloom.core.registry import get_registry
     from sparseloom.runtime.executor import RuntimeOptions
     from sparseloom.runtime.load import LoadSpec
@@ -95,7 +109,6 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
         raise ConfigError(f"--memory-budget must be > 0, got {memory_budget}")
     get_registry().get_policy(policy)  # an unknown policy fails before any work
     parsed_slos = parse_slos(slos)
-    check_distinct(processors, "--processor")
     order = _arrival_order(arrival_order)
     if out is not None:
         ensure_output_dir(out)
@@ -130,8 +143,8 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     _exit_status(result)
 
 
-#: The most requests per task: 10^9 run for more than a day at 10,000 requests/s.
-MAX_QUERIES = 10**9
+#: The most requests per task (:data:`~sparseloom.cli.parsing.MAX_SERVED_QUERIES`).
+MAX_QUERIES = MAX_SERVED_QUERIES
 #: A load expected to run longer than this is announced, with its length and end time.
 ANNOUNCE_AFTER_S = 10.0
 
@@ -189,6 +202,7 @@ def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int
            live: Any = None, records_path: Path | None = None) -> Any:
     from sparseloom.core.errors import ConfigError
     from sparseloom.runtime.session import RunConfig, serve
+    from sparseloom.runtime.summary import RunInterrupted
 
     # Names select among the default profile's processors; a spec with options is profiled as
     # given, so that the plan and the runtime use what was measured (never a bf16 processor
@@ -202,7 +216,10 @@ def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int
     config = RunConfig(policy=policy, slos=slos, memory_budget=budget,
                        processors=processors, load=spec, options=runtime_options,
                        progress=progress, live=live, records_path=records_path)
-    return serve(loaded, profile, config)
+    try:
+        return serve(loaded, profile, config)
+    except RunInterrupted as interrupted:  # the summary so far is printed, then exit 130
+        return interrupted.partial
 
 
 COMMANDS = (run_command,)

@@ -8,9 +8,10 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_json, echo_table
+from sparseloom.cli.parsing import CheckedGroup
 
 
-@click.group("workloads")
+@click.group("workloads", cls=CheckedGroup)
 def workloads_group() -> None:
     """Workloads: sets of tasks (model + labelled data + SLO) run together.
 

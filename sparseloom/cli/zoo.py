@@ -8,7 +8,15 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
-from sparseloom.cli.parsing import comma_ints, comma_items
+from sparseloom.cli.parsing import (
+    ROUNDS,
+    SAMPLES,
+    SEED,
+    SUBGRAPHS,
+    CheckedGroup,
+    comma_ints,
+    comma_items,
+)
 from sparseloom.core.errors import ConfigError
 
 
@@ -64,7 +72,7 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-@click.group("zoo")
+@click.group("zoo", cls=CheckedGroup)
 def zoo_group() -> None:
     """Subgraph zoos: each task's dense model cut into S pieces, each in V compressed variants.
 
@@ -73,7 +81,7 @@ def zoo_group() -> None:
 
 
 _subgraphs_option = click.option(
-    "--subgraphs", "-S", type=int, default=None,
+    "--subgraphs", "-S", type=SUBGRAPHS, default=None,
     help="Number of subgraph positions S (default: the number of processors).",
 )
 _variants_option = click.option(
@@ -206,11 +214,11 @@ def eval_command(
 @click.option("--order", default=None,
               help="Processor per position, comma-separated (default: the workload's "
                    "processors, repeated to S).")
-@click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True,
+@click.option("--sample", type=SAMPLES.at_least(0), default=200, show_default=True,
               help="Stitched variants to measure (0: the originals only).")
-@click.option("--runs", type=click.IntRange(min=1), default=7, show_default=True,
+@click.option("--runs", type=ROUNDS, default=7, show_default=True,
               help="Timed runs per subgraph (median).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Sampling seed.")
 @_json_option
 def pareto_command(

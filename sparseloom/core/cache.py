@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,20 @@ def cache_notice(message: str) -> None:
     import sys
 
     print(f"Warning: {message}", file=sys.stderr, flush=True)
+
+
+def cache_name(name: str) -> str:
+    """The one file-name form of a workload, task or unit name in the cache.
+
+    Characters outside ``A-Z a-z 0-9 . _ + -`` become ``_``; when any did, a short hash of the
+    name follows, so that two names never share a folder (``café`` and ``cafè`` are
+    ``caf_-<hash>`` and ``caf_-<other hash>``). Every path into the cache that holds a name
+    is made with this function, so that a name written under one is found under it again.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", name)
+    if safe == name and safe not in ("", ".", ".."):
+        return safe
+    return f"{safe}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def config_hash(config: Any, length: int = 16) -> str:

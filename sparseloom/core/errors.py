@@ -1,10 +1,17 @@
 """Exceptions raised by sparseloom.
 
 Every error says what was wrong, where, and what to do. The CLI prints ``str(error)`` for any
-:class:`SparseloomError` and exits non-zero without a traceback.
+:class:`SparseloomError` and exits non-zero without a traceback. The last section holds what
+the plugin boundary (:class:`sparseloom.core.protocols.ContainedPlugin`) says about a plugin's
+failure or a result that breaks its contract.
 """
 
 from __future__ import annotations
+
+from typing import Any, Protocol
+
+#: Set to 1 to see the traceback behind a plugin's failure (and other unexpected errors).
+DEBUG_ENV = "SPARSELOOM_DEBUG"
 
 
 class SparseloomError(Exception):
@@ -66,6 +73,11 @@ class CacheError(SparseloomError):
 
 class BackendError(SparseloomError):
     """A backend failed to compile, load or run a model."""
+
+
+class NativeCrashError(BackendError):
+    """A backend's native code crashed (a signal such as SIGSEGV) compiling, loading or first
+    running a model in a probe process: the combination is unsupported on this machine."""
 
 
 class DeviceFallbackError(BackendError):
@@ -133,3 +145,71 @@ class RequestFailed(RuntimeServeError):
         self.position = position
         self.processor = processor
         self.reason = reason
+
+
+# -- the plugin boundary's checks and messages (sparseloom.core.protocols.ContainedPlugin) --
+
+
+class Provided(Protocol):
+    """Who provides an implementation (a :class:`~sparseloom.core.types.Registration` is one;
+    named structurally so that this module imports nothing of sparseloom's)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def plugin(self) -> str: ...
+    @property
+    def distribution(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+
+def provider(kind: str, name: str, plugin: str, distribution: str, version: str) -> str:
+    """``<kind> 'name' of plugin 'p' (distribution d 1.0)``: who provides an implementation."""
+    return (f"{kind} {name!r} of plugin {plugin!r} (distribution {distribution or '?'}"
+            f"{' ' + version if version else ''})")
+
+
+def _plugin_fault(registration: Provided, what: str, advice: str = "") -> PluginCallError:
+    """``<provider> <what>. The fault is in that plugin: ...``, one line."""
+    who = provider(registration.kind, registration.name, registration.plugin,
+                   registration.distribution, registration.version)
+    return PluginCallError(
+        f"{who} {what}. The fault is in that plugin: choose another {registration.kind}, or "
+        f"update or uninstall {registration.distribution or 'its distribution'}{advice}")
+
+
+def plugin_call_error(registration: Provided, call: str, error: BaseException
+                      ) -> PluginCallError:
+    """The one-line error for ``error`` raised by ``registration``'s plugin in ``call``."""
+    return _plugin_fault(registration, f"failed in {call}: {type(error).__name__}: {error}",
+                         f" (set {DEBUG_ENV}=1 to see its traceback)")
+
+
+def plugin_result_error(registration: Provided, call: str, problem: str
+                        ) -> PluginCallError:
+    """The one-line error for a result of ``registration``'s plugin that breaks its contract."""
+    return _plugin_fault(registration, f"returned from {call} {problem}")
+
+
+#: The members of a :class:`~sparseloom.core.protocols.LoadedModel` every command reads.
+LOADED_MODEL_MEMBERS = ("processor", "memory_bytes", "input_names", "output_names")
+
+
+def loaded_model_problem(loaded: Any) -> str | None:
+    """What ``loaded`` (a backend's ``load()`` result) lacks of the
+    :class:`~sparseloom.core.protocols.LoadedModel` protocol, or ``None`` when it has it all."""
+    missing = [name for name in LOADED_MODEL_MEMBERS if not hasattr(loaded, name)]
+    if missing:
+        return (f"a value of type {type(loaded).__name__!r} without {', '.join(missing)} "
+                f"(a LoadedModel has {', '.join(LOADED_MODEL_MEMBERS)})")
+    for name in ("input_names", "output_names"):
+        names = getattr(loaded, name)
+        if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+            return f"{name} {names!r}, not a tuple of tensor names"
+    memory = loaded.memory_bytes
+    if isinstance(memory, bool) or not isinstance(memory, int | float) or not memory >= 0:
+        return f"memory_bytes {memory!r}, not a byte count (a number >= 0)"
+    return None

@@ -94,6 +94,9 @@ def pin_current_thread(cores: Sequence[int]) -> bool:
     return True
 
 
+MAX_CORES = 1024  # core indices a spec may name on any machine (more where it has more)
+
+
 def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
     """``"0,2-3"`` → ``(0, 2, 3)``; a list or int passes through. Raises :class:`ConfigError`."""
     if isinstance(value, int):
@@ -106,12 +109,17 @@ def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ..
         raise ConfigError(f"cores {value!r} has an empty item; give a core list such as "
                           "'0', '0,1' or '0-3' (leave cores out to use any core)")
     cores: list[int] = []
+    past = max(os.cpu_count() or 1, MAX_CORES)  # checked before a range is expanded
     try:
         for item in items:
             low, dash, high = item.partition("-")
             if dash and int(high) < int(low):
                 raise ConfigError(f"cores {value!r}: the range {item!r} is reversed; write it "
                                   f"low-high, e.g. '{high}-{low}'")
+            if int(high if dash else low) >= past:
+                raise ConfigError(f"cores {value!r} names core {int(high if dash else low)}, not "
+                                  f"usable by this process (this machine has {os.cpu_count()} "
+                                  f"cores); usable cores: {list(allowed_cores())}")
             cores.extend(range(int(low), int(high) + 1) if dash else [int(low)])
     except ValueError as error:
         if isinstance(error, ConfigError):
@@ -123,13 +131,28 @@ def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ..
     return tuple(sorted(set(cores)))
 
 
-def _positive(key: str, value: Any, where: str) -> int:
+#: The most threads (or streams) a processor may ask for: per core this process may use (CPU
+#: devices), and in all. A few more than cores is worth measuring; more only time-share them
+#: (``ort:CPU?threads=2000`` spent minutes on threads before its first call, saying nothing).
+THREADS_PER_CORE, MAX_THREADS = 4, 256
+
+
+def _positive(key: str, value: Any, where: str, device: str = "") -> int:
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         number = 0
     if number < 1 or str(value).strip() not in (str(number), f"{number}.0"):
         raise ConfigError(f"{where}: {key}={value!r} must be a positive integer")
+    cores = len(allowed_cores())
+    cpu = device.upper().startswith("CPU")
+    limit = min(MAX_THREADS, THREADS_PER_CORE * cores) if cpu else MAX_THREADS
+    if number > limit:
+        why = (f"{THREADS_PER_CORE} per core for the {cores} core(s) this process may use, at "
+               f"most {MAX_THREADS}" if cpu else f"at most {MAX_THREADS} for any processor")
+        raise ConfigError(f"{where}: {key}={number} is more than {limit} ({why}); they would "
+                          f"only time-share the cores and stall; use {key}="
+                          f"{min(cores, limit) if cpu else 1} or a few more")
     return number
 
 
@@ -150,6 +173,12 @@ def parse_processor_spec(spec: str | Mapping[str, Any]) -> ProcessorSpec:
         except ValueError:
             raise ConfigError(f"processor spec {spec!r}: the part after '?' must be "
                               "key=value pairs joined by '&'") from None
+        keys = repeated(key for key, _ in pairs)
+        if keys:
+            given = [f"{k}={v}" for k, v in pairs if k == keys[0]]
+            raise ConfigError(f"processor spec {spec!r} sets {keys[0]!r} more than once "
+                              f"({' and '.join(given)}); set each key once (several cores go in "
+                              f"one list: cores=0,1 or cores=0-1)")
         settings, options = dict(pairs), {}
     else:
         raise ConfigError(f"a processor spec must be a string or a table, got {type(spec)!r}")
@@ -161,7 +190,7 @@ def parse_processor_spec(spec: str | Mapping[str, Any]) -> ProcessorSpec:
     values: dict[str, Any] = {}
     for key, value in settings.items():
         if key in ("threads", "streams"):
-            values[key] = _positive(key, value, where)
+            values[key] = _positive(key, value, where, device)
         elif key == "cores":
             values[key] = parse_cores(value)
         else:
@@ -218,11 +247,20 @@ def _sync_with_registry() -> Any:
 
 
 def get_backend(name: str) -> Any:
-    """The process-wide instance of the backend registered as ``name``."""
+    """The process-wide instance of the backend registered as ``name``, behind the crash guard
+    (:mod:`sparseloom.isolation`: the first compile, load and run of each new combination
+    happens in a child process, so a native crash cannot end this one)."""
     with _lock:
         registry = _sync_with_registry()
         if name not in _backends:
-            _backends[name] = registry.create("backend", name)
+            from sparseloom.isolation.guard import guard
+
+            registration = registry.get("backend", name)
+            backend = registry.build(registration)
+            version = getattr(backend, "runtime_version", None)
+            described = (str(version()) if callable(version) else
+                         f"{registration.distribution} {registration.version}".strip())
+            _backends[name] = guard(backend, registration.factory, described)
         return _backends[name]
 
 

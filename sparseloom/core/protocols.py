@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from sparseloom.core.errors import PluginCallError, SparseloomError
+from sparseloom.core.errors import (
+    SparseloomError,
+    loaded_model_problem,
+    plugin_call_error,
+    plugin_result_error,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,8 +32,6 @@ if TYPE_CHECKING:
 
 Arrays = Mapping[str, "np.ndarray"]
 
-#: Set to 1 to see the traceback behind a plugin's failure (and other unexpected errors).
-DEBUG_ENV = "SPARSELOOM_DEBUG"
 #: The distribution of the built-in plugins: their calls are not wrapped (a failure is a bug of
 #: sparseloom and keeps its traceback; the serving hot path stays a direct call).
 BUILTIN_DISTRIBUTION = "sparseloom"
@@ -304,35 +307,40 @@ class Dispatcher(Protocol):
 # -- the plugin boundary ------------------------------------------------------------------
 
 
-def provider(kind: str, name: str, plugin: str, distribution: str, version: str) -> str:
-    """``<kind> 'name' of plugin 'p' (distribution d 1.0)``: who provides an implementation."""
-    return (f"{kind} {name!r} of plugin {plugin!r} (distribution {distribution or '?'}"
-            f"{' ' + version if version else ''})")
+def devices_problem(devices: Any) -> str | None:
+    """What is wrong with a backend's ``devices()`` result (a list of ``Processor``), or
+    ``None``."""
+    from sparseloom.core.types import Processor
+
+    if not isinstance(devices, list | tuple):
+        return f"a value of type {type(devices).__name__!r}, not a list of Processor records"
+    wrong = [d for d in devices if not isinstance(d, Processor)]
+    return f"{wrong[0]!r}, not a Processor record" if wrong else None
 
 
-def plugin_call_error(registration: Registration, call: str, error: BaseException
-                      ) -> PluginCallError:
-    """The one-line error for ``error`` raised by ``registration``'s plugin in ``call``."""
-    who = provider(registration.kind, registration.name, registration.plugin,
-                    registration.distribution, registration.version)
-    return PluginCallError(
-        f"{who} failed in {call}: {type(error).__name__}: {error}. The fault is in that plugin: "
-        f"choose another {registration.kind}, or update or uninstall "
-        f"{registration.distribution or 'its distribution'} (set {DEBUG_ENV}=1 to see its "
-        f"traceback)")
+#: Checks of what a third-party plugin returns, by (kind, method): each gives the problem with
+#: a result, or ``None``. Only calls off the serving hot path are checked.
+RESULT_CHECKS: dict[tuple[str, str], Callable[[Any], str | None]] = {
+    ("backend", "load"): loaded_model_problem, ("backend", "devices"): devices_problem,
+}
 
 
-def guarded(function: Callable[..., Any], registration: Registration, call: str
-            ) -> Callable[..., Any]:
-    """``function`` (plugin code) behind the boundary: see :func:`plugin_call_error`."""
+def guarded(function: Callable[..., Any], registration: Registration, call: str,
+            check: Callable[[Any], str | None] | None = None) -> Callable[..., Any]:
+    """``function`` (plugin code) behind the boundary: see :func:`plugin_call_error`; with
+    ``check``, a result it finds a problem with is refused (:func:`plugin_result_error`)."""
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
         except SparseloomError:  # raised on purpose: its message is the plugin's own
             raise
         except Exception as error:
             raise plugin_call_error(registration, call, error) from error
+        problem = check(result) if check is not None else None
+        if problem is not None:
+            raise plugin_result_error(registration, call, problem)
+        return result
 
     return guarded
 
@@ -342,7 +350,9 @@ class ContainedPlugin:
 
     Attribute reads and writes go to the implementation (``isinstance`` sees its class); a
     public method is called through a guard that turns any exception other than a
-    :class:`SparseloomError` into a :class:`PluginCallError` naming the plugin.
+    :class:`SparseloomError` into a :class:`PluginCallError` naming the plugin, and refuses a
+    result that breaks the contract where :data:`RESULT_CHECKS` has a check for it (a
+    backend's ``load()``).
     """
 
     __slots__ = ("_contained", "_registration")
@@ -359,7 +369,8 @@ class ContainedPlugin:
         value = getattr(self._contained, name)
         if name.startswith("_") or isinstance(value, type) or not callable(value):
             return value
-        return guarded(value, self._registration, f"{name}()")
+        return guarded(value, self._registration, f"{name}()",
+                       RESULT_CHECKS.get((self._registration.kind, name)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._contained, name, value)

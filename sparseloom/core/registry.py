@@ -31,14 +31,12 @@ import pluggy
 
 from sparseloom import __version__
 from sparseloom.core import hookspecs
-from sparseloom.core.errors import PluginError, UnknownNameError
+from sparseloom.core.errors import DEBUG_ENV, PluginError, UnknownNameError, provider
 from sparseloom.core.protocols import (
     BUILTIN_DISTRIBUTION,
-    DEBUG_ENV,
     compressor_name_problem,
     contain,
     guarded,
-    provider,
 )
 from sparseloom.core.types import PLUGIN_KINDS, PluginFailure, Processor, Registration
 

@@ -60,6 +60,8 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
         zoos by task.
     :param progress: called with one line after every run.
     :raises ConfigError: an unknown or repeated contender, or bad options.
+    :raises BenchInterrupted: Ctrl-C (a ``KeyboardInterrupt``), anywhere in the benchmark: it
+        stops at once and carries the report of what was measured, marked ``incomplete``.
     """
     from sparseloom.runtime.models import keep_loaded
     from sparseloom.runtime.session import profile_processors
@@ -84,12 +86,44 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                                                                  p.options.items()) + ")")
                                              for p in processors],
                               "scenarios": {}}
-    with keep_loaded():
-        _run_scenarios(report, context, chosen, options, recorder)
+    try:
+        with keep_loaded():
+            _run_scenarios(report, context, chosen, options, recorder)
+    except KeyboardInterrupt as interrupt:
+        report.setdefault("incomplete", {
+            "reason": "interrupted (Ctrl-C) before the first scenario started",
+            "scenario": None, "finished_scenarios": [],
+            "skipped_scenarios": list(options.scenarios)})
+        _close(report, recorder)
+        raise BenchInterrupted(report) from interrupt
+    _close(report, recorder)
+    return report
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a benchmark; ``report`` is what it measured until then, marked
+    ``incomplete`` (the scenario it stopped in, the runs that scenario had measured)."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("interrupted (Ctrl-C): the benchmark report is incomplete")
+        self.report = report
+
+
+def nothing_measured(workload: str, options: BenchOptions) -> dict[str, Any]:
+    """The report of a benchmark stopped by Ctrl-C before its first run (while the workload,
+    its profile or its zoos were loading): incomplete, with nothing measured."""
+    return {"workload": workload, "options": _options(options), "scenarios": {}, "runs": [],
+            "incomplete": {"reason": "interrupted (Ctrl-C) while the workload and its profile "
+                                     "were loading, before any run: nothing was measured",
+                           "scenario": None, "finished_scenarios": [],
+                           "skipped_scenarios": list(options.scenarios)}}
+
+
+def _close(report: dict[str, Any], recorder: Recorder) -> None:
+    """The load record and the raw runs: the end of every report, complete or not."""
     report["load"] = quiet_record(recorder.loads[0] if recorder.loads else math.nan,
                                   recorder.runs)
     report["runs"] = [{k: v for k, v in r.items() if k != "summary"} for r in recorder.runs]
-    return report
 
 
 def quiet_record(first_load: float, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -116,14 +150,29 @@ def _run_scenarios(report: dict[str, Any], context: ServeContext, chosen: Sequen
     closed_result = None
     for scenario in options.scenarios:
         started = time.perf_counter()
-        if scenario == "closed":
-            result = closed_result = serve_scenarios.closed(context, chosen, options, recorder)
-            # Beside, never inside, the measured figures (sparseloom.evaluation.sim_check).
-            result["simulated"] = simulated_closed(context, chosen, options, result)
-        elif scenario == "capacity":
-            result = serve_scenarios.capacity(context, chosen, options, recorder, closed_result)
-        else:
-            result = serve_scenarios.grid(context, chosen, options, recorder)
+        try:
+            if scenario == "closed":
+                result = closed_result = serve_scenarios.closed(context, chosen, options,
+                                                                recorder)
+                # Beside, never inside, the measured figures (sparseloom.evaluation.sim_check).
+                result["simulated"] = simulated_closed(context, chosen, options, result)
+            elif scenario == "capacity":
+                result = serve_scenarios.capacity(context, chosen, options, recorder,
+                                                  closed_result)
+            else:
+                result = serve_scenarios.grid(context, chosen, options, recorder)
+        except KeyboardInterrupt:
+            finished = [r for r in recorder.runs if r["scenario"].split("-")[0] == scenario
+                        and not r.get("interrupted")]
+            report["incomplete"] = {
+                "reason": f"interrupted (Ctrl-C) in the {scenario} scenario after "
+                          f"{time.perf_counter() - started:.1f} s and {len(finished)} finished "
+                          f"run(s) of it",
+                "scenario": scenario,
+                "finished_scenarios": list(report["scenarios"]),
+                "skipped_scenarios": [s for s in options.scenarios
+                                      if s != scenario and s not in report["scenarios"]]}
+            raise
         result["seconds"] = time.perf_counter() - started
         report["scenarios"][scenario] = result
 

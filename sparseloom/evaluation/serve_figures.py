@@ -24,7 +24,6 @@ of every median. The 1-minute load average is read before every run; when it was
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +34,9 @@ import attrs
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.types import SLO, as_tuple
 from sparseloom.evaluation.contenders import HEADLINE, Contender, ServeContext
+from sparseloom.profile.machine_load import ForeignLoad, load_average
+from sparseloom.runtime import interrupts
+from sparseloom.runtime.summary import INTERRUPTED
 
 #: The scenarios, in the order they run.
 SCENARIOS = ("closed", "capacity", "grid")
@@ -90,51 +92,6 @@ class BenchOptions:
 QUICK = BenchOptions(rounds=2, capacity_rounds=1, grid_rounds=1, queries=100,
                      capacity_requests=100,
                      capacity_steps=3, ks=(5.0,))
-
-
-def load_average() -> float:
-    """The 1-minute load average (``nan`` where the OS has none)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return math.nan
-
-
-def _busy_seconds() -> float:
-    """CPU seconds every process on the machine has spent busy (``/proc/stat``; nan off
-    Linux)."""
-    try:
-        with open("/proc/stat") as handle:
-            fields = handle.readline().split()[1:]
-    except OSError:
-        return math.nan
-    ticks = [int(x) for x in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def _own_seconds() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
-@attrs.define
-class ForeignLoad:
-    """Cores other processes kept busy while a run served: the machine's busy CPU time
-    (``/proc/stat``) minus this process's own, over the run's wall time. A benchmark's own
-    runs load the machine (the 1-minute load average after a few runs is the benchmark's),
-    so this is what says whether anything else competed with it."""
-
-    _busy: float = attrs.field(factory=_busy_seconds)
-    _own: float = attrs.field(factory=_own_seconds)
-    _wall: float = attrs.field(factory=time.perf_counter)
-
-    def cores(self) -> float:
-        """Other processes' busy cores since this record was made (nan off Linux)."""
-        wall = time.perf_counter() - self._wall
-        if wall <= 0:
-            return math.nan
-        return max((_busy_seconds() - self._busy) - (_own_seconds() - self._own), 0.0) / wall
 
 
 def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
@@ -214,7 +171,9 @@ class Recorder:
 
     def run(self, scenario: str, contender: Contender, round_index: int,
             serve: Callable[[], Any], **extra: Any) -> dict[str, Any]:
-        """Serve once, record the figures; a run that raises is recorded as failed."""
+        """Serve once, record the figures; a run that raises is recorded as failed, one cut
+        short by Ctrl-C as interrupted, and the ``KeyboardInterrupt`` raised again."""
+        interrupts.check()  # a Ctrl-C whose exception was lost still ends the benchmark
         load = load_average()
         self.loads.append(load)
         started = time.perf_counter()
@@ -223,22 +182,36 @@ class Recorder:
                                   "round": round_index, "load_before": load, **extra}
         try:
             summary = serve()
+        except KeyboardInterrupt as interrupt:
+            # Ctrl-C ends the benchmark: this run is recorded as cut short (its figures, when
+            # it served, are kept beside it but it is no evidence), then the caller stops.
+            partial = getattr(interrupt, "partial", None)
+            partial = getattr(partial, "summary", partial)
+            record |= {"valid": False, "interrupted": True, "reasons": [INTERRUPTED],
+                       "figures": summary_figures(partial) if partial is not None else {}}
+            self._finish(record, started, foreign)
+            raise
         except Exception as error:  # a contender that cannot serve is reported, not fatal
             record |= {"valid": False, "reasons": [f"{type(error).__name__}: {error}"],
                        "figures": {}}
         else:
             record |= {"valid": bool(summary.valid), "reasons": list(summary.reasons),
                        "figures": summary_figures(summary), "summary": summary}
+        self._finish(record, started, foreign)
+        return record
+
+    def _finish(self, record: dict[str, Any], started: float, foreign: ForeignLoad) -> None:
         record["seconds"] = time.perf_counter() - started
         record["foreign_cores"] = foreign.cores()
         self.runs.append(record)
         if self.progress is not None:
             figure = record["figures"].get("throughput_rps", math.nan)
-            self.progress(f"{scenario} r{round_index + 1} {contender.name}: "
-                          f"{figure:.0f} req/s{'' if record['valid'] else ' INVALID'} "
+            verdict = (" INTERRUPTED" if record.get("interrupted")
+                       else "" if record["valid"] else " INVALID")
+            self.progress(f"{record['scenario']} r{record['round'] + 1} {record['contender']}: "
+                          f"{figure:.0f} req/s{verdict} "
                           f"({record['seconds']:.1f} s, other processes "
                           f"{record['foreign_cores']:.2f} cores)")
-        return record
 
 
 def ratios_per_round(values: Mapping[str, Mapping[int, float]],

@@ -82,7 +82,13 @@ def _floor_lines(result: dict[str, Any]) -> list[str]:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The whole report as Markdown: machine, load, configurations, one table per scenario."""
+    """The whole report as Markdown: machine, load, configurations, one table per scenario;
+    an incomplete one (Ctrl-C) says so at the top and lists the runs of the scenario it
+    stopped in at the end."""
+    incomplete = report.get("incomplete")
+    if "machine" not in report:  # stopped before the benchmark began
+        return (f"# bench serve: {report['workload']}\n\n**INCOMPLETE**: this report is "
+                f"incomplete — {incomplete['reason'] if incomplete else 'nothing measured'}.\n")
     machine, load = report["machine"], report["load"]
     lines = [f"# bench serve: {report['workload']}", "",
              f"Machine: {machine['cpu']}, cores {machine['cores']}; ONNX Runtime "
@@ -95,6 +101,11 @@ def render_markdown(report: dict[str, Any]) -> str:
                                           f"processes above {load['foreign_threshold']} cores "
                                           f"on average): not a headline**") + ".", "",
              "sparseloom's processors: " + "; ".join(report["processors"]) + ".", ""]
+    if incomplete:
+        lines[1:1] = ["", f"**INCOMPLETE**: this report is incomplete — {incomplete['reason']}. "
+                          "The tables below cover only the scenarios that finished; the runs "
+                          "measured before Ctrl-C are listed at the end (and in report.json's "
+                          "`runs`)."]
     for name, text in report["stock_configurations"].items():
         lines.append(f"- `{name}`: {text}")
     for scenario, result in report["scenarios"].items():
@@ -121,12 +132,39 @@ def render_markdown(report: dict[str, Any]) -> str:
             from sparseloom.evaluation.sim_check import render_simulated
 
             lines += render_simulated(result["simulated"])
+    if incomplete:
+        lines += ["", *_interrupted_lines(report, incomplete)]
     return "\n".join(lines) + "\n"
+
+
+def _interrupted_lines(report: dict[str, Any], incomplete: dict[str, Any]) -> list[str]:
+    """The runs the scenario cut short by Ctrl-C had measured: raw, one per line (too few to
+    summarise, and none of them is evidence yet)."""
+    scenario = incomplete.get("scenario")
+    runs = [r for r in report.get("runs", ())
+            if scenario and r["scenario"].split("-")[0] == scenario]
+    lines = [f"## {scenario or 'no scenario'} (INCOMPLETE: interrupted, not summarised)", ""]
+    if not runs:
+        return [*lines, "No run had finished."]
+    lines += ["| run | contender | round | throughput (requests/s) | verdict |",
+              "|---|---|---|---|---|"]
+    for run in runs:
+        verdict = ("interrupted" if run.get("interrupted") else
+                   "VALID" if run["valid"] else "INVALID: " + "; ".join(run["reasons"]))
+        lines.append(f"| {run['scenario']} | {run['contender']} | {run['round'] + 1} | "
+                     f"{_num(run['figures'].get('throughput_rps'))} | {verdict} |")
+    if incomplete.get("skipped_scenarios"):
+        lines += ["", f"Not run: {', '.join(incomplete['skipped_scenarios'])}."]
+    return lines
 
 
 def headline_lines(report: dict[str, Any]) -> list[str]:
     """One line per scenario and sparseloom policy: it against the best stock runtime."""
-    out = []
+    incomplete = report.get("incomplete")
+    out = [f"INCOMPLETE: this report is incomplete ({incomplete['reason']}); the lines below "
+           f"cover the scenarios that finished"] if incomplete else []
+    if "load" not in report:  # stopped before the benchmark began
+        return out
     for scenario, result in report["scenarios"].items():
         by_policy = result.get("ratios_by_policy") or {"sparseloom": result["ratios"]}
         for policy, ratios in by_policy.items():

@@ -55,7 +55,7 @@ import attrs
 
 from sparseloom.core.errors import SimulationError
 from sparseloom.core.registry import get_registry
-from sparseloom.core.types import SLO, Plan, as_dict
+from sparseloom.core.types import SLO, Plan, Processor, as_dict
 from sparseloom.evaluation.service_time import SERVICE_MODELS, ServiceTimes
 from sparseloom.evaluation.simresult import (
     SimResult,
@@ -63,6 +63,7 @@ from sparseloom.evaluation.simresult import (
     pipeline_bound_rps,
     sim_result,
 )
+from sparseloom.plan.contract import checked_plan
 from sparseloom.profile.table import ProfileTable
 from sparseloom.runtime.monitor import WINDOW, LatencyMonitor, make_feedback
 from sparseloom.workload.arguments import names_attribute, number_field
@@ -72,6 +73,10 @@ from sparseloom.workload.arguments import names_attribute, number_field
 #: 18,914 requests/s at 77 % model-call utilisation leaves 0.23 × 52.9 µs = 12 µs per request
 #: (load average 1.1). The 0.05 ms it replaces was measured on an older runtime.
 REQUEST_OVERHEAD_MS = 0.012
+#: The most requests per task a simulation takes: it keeps every request's latency, and one
+#: task at 10^6 took 13 s and 60 MB (tiny workload, one policy), so 10^7 is minutes and under a
+#: GB; 10^9 ran out of memory without a word.
+MAX_SIMULATED_QUERIES = 10**7
 
 __all__ = ["SimConfig", "SimResult", "SimTaskResult", "pipeline_bound_rps", "simulate"]
 
@@ -108,7 +113,8 @@ class SimConfig:
 
     policy: str = "sparseloom"
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict)
-    queries: int = attrs.field(default=100, validator=number_field(low=1, integer=True))
+    queries: int = attrs.field(default=100, validator=number_field(
+        low=1, high=MAX_SIMULATED_QUERIES, integer=True))
     arrival_order: tuple[str, ...] = names_attribute()
     join_after: int | None = attrs.field(
         default=None, validator=number_field(low=1, integer=True, optional=True))
@@ -153,7 +159,8 @@ class _Simulation:
     config: SimConfig
     policy: Any
     slos: dict[str, SLO]
-    names: list[str]
+    #: The processors a policy plans on, as records (what the protocol promises it).
+    processors: list[Processor]
     events: list[tuple[float, int, str, Any]] = attrs.field(factory=list)
     counter: Any = attrs.field(factory=itertools.count)
     queues: dict[int, list[tuple[float, int, _Job]]] = attrs.field(factory=dict)
@@ -308,16 +315,17 @@ class _Simulation:
         fresh, decision_ms = self.decide(
             lambda: self.policy.on_feedback(make_feedback(self.plan, active, ())))
         if fresh is not None:
-            self.switch_later(fresh, [t for t in self.joined if t in fresh.variants],
-                              decision_ms)
+            replanned = [t for t in self.joined if t in getattr(fresh, "variants", {})]
+            fresh = checked_plan(fresh, self.profile, self.config.policy, replanned)
+            self.switch_later(fresh, replanned, decision_ms)
 
     def join(self, task: str) -> None:
         self.joined.append(task)
         joined = list(self.joined)
         plan, decision_ms = self.decide(lambda: self.policy.plan(
-            joined, self.profile, self.names, {t: self.slos[t] for t in joined}))
-        assert plan is not None
-        self.switch_later(plan, joined, decision_ms)
+            joined, self.profile, self.processors, {t: self.slos[t] for t in joined}))
+        self.switch_later(checked_plan(plan, self.profile, self.config.policy, joined), joined,
+                          decision_ms)
         self.issue(task)
 
     def run(self) -> None:
@@ -337,10 +345,11 @@ def simulate(profile: ProfileTable, config: SimConfig | None = None, *,
 
     :param policy: a policy object to drive (default: a fresh ``config.policy`` from the
         registry); the simulator calls its ``plan`` and ``on_feedback`` as the runtime does.
-    :raises SimulationError: an arrival order naming unknown tasks, or a plan without a task.
-    :raises PlanError, UnknownNameError: from planning and preloading.
+    :raises SimulationError: an arrival order naming unknown tasks.
+    :raises PlanError, UnknownNameError: from planning and preloading, and a plan the policy
+        returned that cannot be served (:func:`~sparseloom.plan.contract.checked_plan`).
     """
-    from sparseloom.plan.api import resolve_slos
+    from sparseloom.plan.api import profiled_processors, resolve_slos
     from sparseloom.plan.preload import preload
 
     config = config or SimConfig()
@@ -352,16 +361,16 @@ def simulate(profile: ProfileTable, config: SimConfig | None = None, *,
                               f"{', '.join(profile.tasks)}")
     policy = policy if policy is not None else get_registry().create("policy", config.policy)
     slos, _ = resolve_slos(profile, config.slos, None)
-    names = list(config.processors or profile.processors)
-    sim = _Simulation(profile, config, policy, slos, names)
+    processors = profiled_processors(profile, config.processors or None)
+    sim = _Simulation(profile, config, policy, slos, processors)
     indices = range(len(profile.processors))
     sim.queues = {q: [] for q in indices}
     sim.service = ServiceTimes(profile, config.service, config.seed)
     sim.busy, sim.busy_ms = dict.fromkeys(indices, False), dict.fromkeys(indices, 0.0)
     sim.monitors = {t: LatencyMonitor(t, slos[t].latency_ms, window=config.window)
                     for t in profile.tasks}
-    first, _ = sim.decide(lambda: policy.plan(list(profile.tasks), profile, names, slos))
-    assert first is not None
+    planned, _ = sim.decide(lambda: policy.plan(list(profile.tasks), profile, processors, slos))
+    first = checked_plan(planned, profile, config.policy, list(profile.tasks))
     resident = preload(profile, first, budget=config.memory_budget)
     sim.resident = {(r.task, r.position, r.variant, profile.processors.index(r.processor))
                     for r in resident.resident}

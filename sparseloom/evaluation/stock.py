@@ -46,7 +46,7 @@ from sparseloom.runtime import switching
 from sparseloom.runtime.executor import Runtime, RuntimeOptions
 from sparseloom.runtime.load import LoadSpec, offer
 from sparseloom.runtime.models import RuntimeTask, resident_bytes, rss_bytes
-from sparseloom.runtime.summary import RunSummary, summarize
+from sparseloom.runtime.summary import RunInterrupted, RunSummary, summarize
 
 
 @attrs.frozen
@@ -135,6 +135,7 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
     :param picks: with ``stock.picks``, each task's stitched variant.
     :param precision: the OpenVINO inference precision a matched runtime uses.
     :raises EvaluationError: picks missing for a picks contender.
+    :raises RunInterrupted: Ctrl-C cut the load short; ``partial`` is the run's summary.
     """
     from sparseloom.zoo.whole import whole_model_zoo
 
@@ -169,9 +170,12 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
                     "setup_s": load.started_s - started}
         memory = {"loaded_bytes": float(resident_bytes(runtime.workers)),
                   "rss_growth_bytes": float(max(rss_bytes() - rss_before, 0))}
-        return summarize(runtime, load, spec, settings=settings, memory=memory)
+        summary = summarize(runtime, load, spec, settings=settings, memory=memory)
     finally:
         runtime.stop()
+    if load.interrupted:
+        raise RunInterrupted(summary)
+    return summary
 
 
 def openvino_precision(processors: Sequence[Processor]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ import attrs
 from sparseloom.core.errors import PlanError, SparseloomError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import SLO, Plan, Processor, as_dict
+from sparseloom.plan.contract import checked_plan, completed_plan
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plan.preload import Preload, preload
 from sparseloom.plan.slo_grid import grid_middle
@@ -84,18 +86,6 @@ def profiled_processors(profile: ProfileTable, chosen: Sequence[Any] | None = No
     return found
 
 
-def check_plan_processors(plan: Plan, profile: ProfileTable, policy: str) -> None:
-    """Refuse a plan that puts a subgraph on a processor the profile does not hold, naming the
-    policy, the task and the processor (a serving error would not say who chose it)."""
-    for task in plan.variants:
-        unknown = [p for p in plan.processors_of(task) if p not in profile.processors]
-        if unknown:
-            raise PlanError(
-                f"policy {policy!r} placed task {task!r} on {', '.join(map(repr, unknown))}, "
-                f"which the profile of {profile.workload!r} does not hold (it holds "
-                f"{', '.join(profile.processors)}); fix the policy, or profile that processor")
-
-
 def make_plan(
     profile: ProfileTable,
     *,
@@ -115,17 +105,20 @@ def make_plan(
     :param workload_slos: the workload file's ``[task.slo]`` per task.
     :param policy_options: keyword options for the policy's factory.
     :raises UnknownNameError: the policy is not registered (the message lists those that are).
-    :raises PlanError: an unknown task, an unusable processor or a budget too small.
+    :raises PlanError: an unknown task, an unusable processor, a budget too small, or a plan
+        the policy returned that cannot be served (:func:`~sparseloom.plan.contract.
+        checked_plan`). The optional fields of the policy's plan that it left out are filled
+        in from ``profile`` (:func:`~sparseloom.plan.contract.completed_plan`).
     """
     implementation = get_registry().create("policy", policy, **dict(policy_options or {}))
     if isinstance(implementation, ProfilePolicy):  # a subclass registered under its own name
         implementation.name = policy
     resolved, sources = resolve_slos(profile, slos, workload_slos)
     chosen = profiled_processors(profile, processors)
-    plan = implementation.plan(list(profile.tasks), profile, chosen, resolved)
-    if not isinstance(plan, Plan):
-        raise PlanError(f"policy {policy!r} returned {type(plan).__name__}, not a Plan; fix the "
-                        "plugin that registers it (see `sparseloom plugins`)")
-    check_plan_processors(plan, profile, policy)
+    started = time.perf_counter()
+    returned = implementation.plan(list(profile.tasks), profile, chosen, resolved)
+    elapsed_s = time.perf_counter() - started
+    plan = completed_plan(checked_plan(returned, profile, policy, list(profile.tasks)),
+                          profile, resolved, elapsed_s)
     return PlanResult(plan, preload(profile, plan, budget=memory_budget), sources,
                       implementation, resolved)

@@ -31,9 +31,11 @@ def original_rows(profile: TaskProfile) -> np.ndarray:
 
 
 def original_latency_ms(profile: TaskProfile) -> np.ndarray:
-    """Each original variant's latency under its fastest order, (V,)."""
+    """Each original variant's latency under its fastest order, (V,). An order through a
+    processor that cannot run one of its subgraphs (a NaN cell: unsupported, or crashed in
+    its probe) is skipped; NaN only when no order runs it."""
     orders = all_orders(profile.n_positions, range(profile.latency_ms.shape[2]))
-    return latency_matrix(profile, original_rows(profile), orders).min(axis=1)
+    return np.fmin.reduce(latency_matrix(profile, original_rows(profile), orders), axis=1)
 
 
 def slo_ranges(profile: TaskProfile) -> tuple[tuple[float, float], tuple[float, float]]:

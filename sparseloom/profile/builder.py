@@ -38,7 +38,7 @@ from sparseloom import __version__
 from sparseloom.core.errors import ProfileError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
-from sparseloom.profile.chain_fit import fit_chain_model
+from sparseloom.profile.chain_fit import fit_chain_model, fit_chains
 from sparseloom.profile.estimate import estimate_accuracy
 from sparseloom.profile.executors import ProfileExecutor, executor_for
 from sparseloom.profile.features import (
@@ -62,6 +62,7 @@ from sparseloom.profile.options import (
 from sparseloom.profile.served import served_accuracy
 from sparseloom.profile.store import ProfileStore
 from sparseloom.profile.table import ProfileTable, TaskProfile
+from sparseloom.profile.timing_guard import TimingWatch, profile_lock
 from sparseloom.zoo.tensors import dense_activations, take_batch
 
 #: Rows of calibration data used for the fidelity features.
@@ -137,11 +138,13 @@ def build_profile(
                        "feature_set": options.feature_set},
         "timings": {}, "failures": [], "samples": {}, "cache_hits": {}, "executor": running.name,
     })
-    with contextlib.nullcontext() if executor is not None else running:
+    # One profile of a workload at a time: two would time each other's load (timing_guard).
+    with profile_lock(store.directory.parent, loaded.name), \
+            contextlib.nullcontext() if executor is not None else running:
         for task in loaded.tasks:
             profile, timings, failures, hits = _profile_task(
                 task, task_zoos[task.name], chosen, options, (store, accuracy_store),
-                resolve_backend, progress, running)
+                resolve_backend, progress, running, loaded.name)
             table.tasks[task.name] = profile
             if "subset_rows" in timings:
                 table.meta.setdefault("sample_rows", {})[task.name] = {
@@ -149,6 +152,8 @@ def build_profile(
                     "originals_mae": timings.pop("subset_error")}
             if "chain_check" in timings:
                 table.meta.setdefault("chain_check", {})[task.name] = timings.pop("chain_check")
+            if "timing_load" in timings:
+                table.meta.setdefault("timing_load", {})[task.name] = timings.pop("timing_load")
             if "numerics_unchecked" in timings:
                 table.meta.setdefault("numerics_unchecked", {})[task.name] = timings.pop(
                     "numerics_unchecked")
@@ -175,7 +180,7 @@ def build_profile(
 def _profile_task(
     task: Any, zoo: Any, processors: Sequence[Processor], options: ProfileOptions,
     stores: tuple[ProfileStore, ProfileStore], resolve_backend: BackendResolver, progress: bool,
-    executor: ProfileExecutor,
+    executor: ProfileExecutor, workload: str,
 ) -> tuple[TaskProfile, dict[str, float], list[ProfileFailure], list[str]]:
     store, accuracy_store = stores
     variants = zoo.variants
@@ -186,8 +191,8 @@ def _profile_task(
                                       executor)
     numerics = _numerics(task, zoo, processors, options, store, activations, timings, hits)
     jobs = subgraph_jobs(zoo, activations)
-    measurement, failures = _measure(task, jobs, processors, options, store,
-                                     resolve_backend, progress, timings, hits, executor)
+    measurement, failures = _measure(task, jobs, processors, options, store, resolve_backend,
+                                     progress, timings, hits, executor, workload)
     handoff = np.nan_to_num(measurement["handoff_ms"], nan=0.0)
     measured = _accuracy_samples(task, zoo, options, accuracy_store, timings, hits,
                                  progress, executor)
@@ -292,8 +297,10 @@ def _measure(
     task: Any, jobs: Sequence[SubgraphJob], processors: Sequence[Processor],
     options: ProfileOptions, store: ProfileStore, resolve_backend: BackendResolver,
     progress: bool, timings: dict[str, float], hits: list[str], executor: ProfileExecutor,
+    workload: str,
 ) -> tuple[dict[str, np.ndarray], list[ProfileFailure]]:
-    """Subgraph latencies and hand-offs of one task (cached; re-measured if anything failed).
+    """Subgraph latencies and hand-offs of one task of ``workload`` (cached; re-measured if
+    anything failed); a busy machine meanwhile is warned about (``TimingWatch``).
 
     A hand-off pair that could not be measured adds nothing (0 ms) rather than poisoning
     every estimate that crosses it.
@@ -307,7 +314,7 @@ def _measure(
         with tqdm(total=len(processors) * len(jobs) + options.config.repeats,
                   desc=f"{task.name}: profiling subgraphs", unit="step",
                   disable=not progress, leave=False) as bar:
-            started = time.perf_counter()
+            started, watch = time.perf_counter(), TimingWatch(workload)
             result = executor.measure_latency(task.name, jobs, processors, resolve_backend,
                                               options.config, seed=options.seed, tick=bar.update,
                                               chains=chains)
@@ -315,7 +322,8 @@ def _measure(
         # again as a failure: the subgraph's own failure is.
         failed = [f for f in result.failures if not f.operation.startswith("chain")]
         meta: dict[str, Any] = {"seconds": time.perf_counter() - started,
-                                "failures": [attrs.asdict(f) for f in failed]}
+                                "failures": [attrs.asdict(f) for f in failed],
+                                "timing_load": watch.finish(task.name, executor.name)}
         arrays = result.to_arrays() | {
             "chain_ms": result.chain_ms,
             "chain_choices": np.asarray([c for c, _ in chains], dtype=np.int64),
@@ -325,19 +333,9 @@ def _measure(
     else:
         hits.append(name)
     timings["latency"] = float(cached[1]["seconds"])
+    if cached[1].get("timing_load"):
+        timings["timing_load"] = cached[1]["timing_load"]
     return cached[0], [ProfileFailure(**f) for f in cached[1].get("failures", [])]
-
-
-def fit_chains(jobs: Sequence[SubgraphJob], n_processors: int,
-               seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """The chains timed with the subgraphs to fit the chain model (:mod:`~sparseloom.profile.
-    chain_fit`), drawn apart from validation's (another seed)."""
-    from sparseloom.profile.chain_fit import FIT_CHAINS
-    from sparseloom.profile.cost import random_chains
-
-    positions = 1 + max(job.position for job in jobs)
-    variants = 1 + max(job.variant for job in jobs)
-    return random_chains(variants, positions, n_processors, FIT_CHAINS, seed + 1009)
 
 
 def _accuracy_samples(

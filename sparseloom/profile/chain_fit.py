@@ -27,6 +27,17 @@ FIT_CHAINS = 10
 SCALE_RANGE = (0.8, 1.25)
 
 
+def fit_chains(jobs: Sequence[Any], n_processors: int,
+               seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The :data:`FIT_CHAINS` chains timed with a task's subgraphs (its ``SubgraphJob``s) to
+    fit the chain model, drawn apart from validation's (another seed)."""
+    from sparseloom.profile.cost import random_chains
+
+    positions = 1 + max(job.position for job in jobs)
+    variants = 1 + max(job.variant for job in jobs)
+    return random_chains(variants, positions, n_processors, FIT_CHAINS, seed + 1009)
+
+
 def fit_chain_model(
     profile: Any, processors: Sequence[str], chains: Sequence[tuple[Sequence[int], Sequence[int]]],
     chain_ms: np.ndarray, estimator: str,

@@ -37,6 +37,8 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import Processor
+from sparseloom.isolation.guard import prepare, wait_probed
+from sparseloom.isolation.probe import wait_for_probes
 from sparseloom.profile.pinned import ModelCall, PinnedThreads, Stage
 from sparseloom.profile.rounds import (
     Cell,
@@ -237,6 +239,7 @@ def measure_task(
         try:
             _load_and_warm(loaded, jobs, processors, resolve_backend, config, threads, result,
                            fail, tick)
+            wait_for_probes()  # nothing is timed while a probe process works
             items = _timings(loaded.live, positions, count, chains)
             samples = _time_rounds(loaded, items, threads, config, seed, bool(chains),
                                    processors, fail, tick)
@@ -258,11 +261,13 @@ def _load_and_warm(
 ) -> None:
     """Compile and load every job on every processor, and warm each up on its pinned thread
     through ``backend.infer`` (which checks the inputs once, as the runtime does at load)."""
+    _probe(jobs, processors, resolve_backend)
     for p, processor in enumerate(processors):
         for job in jobs:
             cell = (job.position, job.variant, p)
             try:
                 backend = resolve_backend(processor)
+                wait_probed(backend, job.model_path, processor)  # timed below: compile alone
                 compiled, result.compile_ms[cell] = _timed(
                     partial(backend.compile, job.model_path, processor))
                 handle, result.load_ms[cell] = _timed(partial(backend.load, compiled, processor))
@@ -276,6 +281,21 @@ def _load_and_warm(
                 operation = "warm-up infer" if cell in loaded.models else "compile/load"
                 fail((job.position, job.variant, processor.name, operation), error)
             tick(1)
+
+
+def _probe(jobs: Sequence[SubgraphJob], processors: Sequence[Processor],
+           resolve_backend: BackendResolver) -> None:
+    """Start probing every job on every processor in the probe processes, side by side with
+    the loads here (:mod:`sparseloom.isolation`); a processor whose backend cannot be resolved
+    is left to ``_load_and_warm``, which records the failure."""
+    requests = []
+    for processor in processors:
+        try:
+            backend = resolve_backend(processor)
+        except Exception:
+            continue
+        requests += [(backend, job.model_path, processor) for job in jobs]
+    prepare(requests)
 
 
 def _timings(live: set[Cell], positions: int, count: int, chains: Sequence[Chain]

@@ -25,6 +25,11 @@ checks a cached profile cheaply and repairs it:
    reference to ``table.meta["refresh_reference"]``; the table is saved where it lives, and
    the latency partials of the profile cache are rewritten with both, so a later
    ``build_profile`` (``plan``, ``run``) reads the refreshed latencies.
+
+Like a build, a refresh holds the workload's profile lock while it times and writes, and
+records the load other processes put on the machine meanwhile (``record["timing_load"]`` per
+task, and the table's ``meta["timing_load"]`` for a task whose latencies it changed), warning
+in one line when they kept cores busy (:mod:`~sparseloom.profile.timing_guard`).
 """
 
 from __future__ import annotations
@@ -48,14 +53,16 @@ from sparseloom.profile.builder import (
     subgraph_jobs,
     zoo_for,
 )
+from sparseloom.profile.machine_load import recorded_load_average
 from sparseloom.profile.measure import (
     BackendResolver,
     TaskMeasurement,
     default_backend_resolver,
     measure_task,
 )
-from sparseloom.profile.store import ProfileStore
+from sparseloom.profile.store import ProfileStore, profiles_directory
 from sparseloom.profile.table import ProfileTable, TaskProfile
+from sparseloom.profile.timing_guard import TimingWatch, profile_lock
 
 MODES = ("rescale", "full")
 #: Subgraphs re-timed per task by default (of S·V; the dense ones at every position first).
@@ -90,27 +97,28 @@ def find_cached_table(workload: str, processors: Sequence[Any], options: Profile
 
     :raises ProfileError: there is none (with the command that builds it).
     """
-    from sparseloom.core.cache import cache_dir
-
-    base = Path(root) if root is not None else cache_dir() / "profiles"
+    folder = profiles_directory(workload, root)
     estimators = {"accuracy": options.accuracy_estimator, "latency": options.latency_estimator,
                   "feature_set": options.feature_set}
     name = f"table-{config_hash(estimators | {'seed': options.seed, 'samples': options.samples})}"
     wanted = ([processor_key(p) for p in processors], options.config.cache_key(), estimators)
-    found = []
-    for path in (base / workload).glob("*/table-*/profile.json"):
+    found, damaged = [], []
+    for path in folder.glob("*/table-*/profile.json"):
         try:
             table = ProfileTable.load(path.parent)
-        except (ProfileError, OSError, ValueError):
+        except ProfileError as error:
+            damaged.append(error)
             continue
         if (table.meta.get("processor_config"), table.meta.get("profiler"),
                 table.meta.get("estimators")) == wanted:
             # the exact table of these options first, else the newest that matches
             found.append((path.parent.name == name, path.stat().st_mtime, table))
+    if not found and damaged:  # perhaps the one asked for: say so, not "profile first"
+        raise ProfileError(f"{damaged[0]}; then refresh it")
     if not found:
         raise ProfileError(
             f"no cached profile of workload {workload!r} on "
-            f"{', '.join(p.name for p in processors)} with these settings under {base}; "
+            f"{', '.join(p.name for p in processors)} with these settings under {folder}; "
             f"run `sparseloom profile {workload}` first (with the same options), then refresh it")
     return max(found, key=lambda item: item[:2])[2]
 
@@ -172,12 +180,28 @@ def refresh_profile(
     loaded = load_workload(workload, progress=progress) if isinstance(workload, str) else workload
     chosen = resolve_processors(processors, loaded)
     options = options.for_workload(loaded)
-    if table is None:
-        table = find_cached_table(loaded.name, chosen, options, cache_root)
+    resolve_backend = resolve_backend or default_backend_resolver
+    folder = (Path(table.meta["cache_directory"]).parent
+              if table is not None and table.meta.get("cache_directory")
+              else profiles_directory(loaded.name, cache_root))
+    # One profile of a workload at a time, as build_profile: a refresh timing beside a build
+    # (or another refresh) inflates both, and both write the profile cache.
+    with profile_lock(folder, loaded.name):
+        if table is None:
+            table = find_cached_table(loaded.name, chosen, options, cache_root)
+        return _refresh(loaded, chosen, options, table, zoos, resolve_backend, progress,
+                        (sample, threshold, mode, rounds))
+
+
+def _refresh(loaded: Any, chosen: Sequence[Any], options: ProfileOptions, table: ProfileTable,
+             zoos: Mapping[str, Any] | None, resolve_backend: BackendResolver, progress: bool,
+             settings: tuple[int, float, str, int | None]
+             ) -> tuple[ProfileTable, dict[str, Any]]:
+    """:func:`refresh_profile` once its arguments are checked and the profile lock is held."""
+    sample, threshold, mode, rounds = settings
     if list(table.processors) != [p.name for p in chosen]:
         raise ProfileError(f"the profile was measured on {', '.join(table.processors)}, not on "
                            f"{', '.join(p.name for p in chosen)}; refresh it on its processors")
-    resolve_backend = resolve_backend or default_backend_resolver
     started = datetime.datetime.now(datetime.UTC)
     zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
             for t in loaded.tasks}
@@ -188,22 +212,24 @@ def refresh_profile(
     thin = attrs.evolve(options, config=attrs.evolve(
         options.config, repeats=rounds or options.config.repeats))
     references = _references(table, thin.config.repeats)
-    samples, fresh = {}, {}
+    for task in loaded.tasks:  # a reference of another sample size is timed again
+        wanted = min(sample, table.task(task.name).n_positions * table.task(task.name).n_variants)
+        if task.name in references and len(references[task.name][0]) != wanted:
+            references.pop(task.name)
+    calibrating = len(references) < len(loaded.tasks)
+    samples, fresh, full, timing_load = {}, {}, {}, {}
     for task in loaded.tasks:
         reference = references.get(task.name)
-        wanted = min(sample, table.task(task.name).n_positions * table.task(task.name).n_variants)
-        if reference is None or len(reference[0]) != wanted:
-            references.pop(task.name, None)
-            reference = None
         samples[task.name] = (reference[0] if reference is not None
                               else stratified_sample(table.task(task.name), sample))
+        watch = TimingWatch(loaded.name)  # warns, as a build does, when the machine is busy
         fresh[task.name] = time_subgraphs(task, zoos[task.name], samples[task.name], chosen,
                                           thin, resolve_backend)
-    calibrating = len(references) < len(loaded.tasks)
-    full = {}
-    if calibrating:  # no reference timed in the sample's context yet: compare a full re-time
-        full = {t.name: time_subgraphs(t, zoos[t.name], None, chosen, options, resolve_backend)
-                for t in loaded.tasks}
+        if calibrating:  # no reference timed in the sample's context yet: re-time it all
+            full[task.name] = time_subgraphs(task, zoos[task.name], None, chosen, options,
+                                             resolve_backend)
+        timing_load[task.name] = watch.finish(task.name)
+    if calibrating:  # compare the full re-time with the table
         everything = {n: [(j, i) for j in range(p.n_positions) for i in range(p.n_variants)]
                       for n, p in table.tasks.items()}
         checks = _drift(table.processors, everything, full, _cells_of(table, everything))
@@ -218,14 +244,18 @@ def refresh_profile(
         if not drifted[task.name]:
             continue
         if calibrating or mode == "full":
-            timed = full.get(task.name) or time_subgraphs(task, zoos[task.name], None, chosen,
-                                                          options, resolve_backend)
-            table.tasks[task.name] = _replaced(table.task(task.name), timed)
+            if task.name not in full:  # the load of this re-time is what the table holds
+                watch = TimingWatch(loaded.name)
+                full[task.name] = time_subgraphs(task, zoos[task.name], None, chosen, options,
+                                                 resolve_backend)
+                timing_load[task.name] = watch.finish(task.name)
+            table.tasks[task.name] = _replaced(table.task(task.name), full[task.name])
             actions.add("retimed")
         else:
             table.tasks[task.name] = _rescaled(table.task(task.name),
                                                [c for c in checks if c.task == task.name])
             actions.add("rescaled")
+        table.meta.setdefault("timing_load", {})[task.name] = timing_load[task.name]
     for name, cells in samples.items():  # the sample as timed now is the next reference
         now = fresh[name].latency_ms[tuple(np.asarray(cells).T)]
         if name in references and not calibrating:
@@ -241,7 +271,7 @@ def refresh_profile(
                                   if c.task == t.name} for t in loaded.tasks},
         "drifted": {n: ps for n, ps in drifted.items() if ps},
         "action": "+".join(sorted(actions)) or "none",
-        "load_average": _load_average(),
+        "load_average": recorded_load_average(), "timing_load": timing_load,
         "seconds": round((datetime.datetime.now(datetime.UTC) - started)
                          .total_seconds(), 2),
     }
@@ -353,12 +383,7 @@ def _persist(table: ProfileTable, tasks: Sequence[Any], record: dict[str, Any]) 
                   "median_ms": profile.latency_median_ms, "spread_ms": profile.latency_spread_ms,
                   "handoff_ms": profile.handoff_ms}
         meta = {**meta, "refresh": [*meta.get("refresh", []), record],
-                REFERENCE: table.meta.get(REFERENCE, {}).get(task.name)}
+                REFERENCE: table.meta.get(REFERENCE, {}).get(task.name),
+                "timing_load": table.meta.get("timing_load", {}).get(task.name,
+                                                                   meta.get("timing_load"))}
         store.save(name, arrays, meta)
-
-
-def _load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None

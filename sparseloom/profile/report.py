@@ -32,6 +32,7 @@ from sparseloom.profile.builder import (
     zoo_for,
 )
 from sparseloom.profile.cost import overall_cost, placement_orders, task_cost
+from sparseloom.profile.machine_load import recorded_load_average
 from sparseloom.profile.measure import (
     BackendResolver,
     TaskMeasurement,
@@ -84,7 +85,7 @@ def validate(
 
     options = options or ProfileOptions()
     resolve_backend = resolve_backend or default_backend_resolver
-    load_at_start = _load_average()
+    load_at_start = recorded_load_average()
     loaded = load_workload(workload, progress=progress) if isinstance(workload, str) else workload
     chosen = resolve_processors(processors, loaded)
     options = options.for_workload(loaded)
@@ -139,7 +140,7 @@ def validate(
         "environment": {"cpu_count": os.cpu_count(), "statistic": options.config.statistic,
                         "repeats": options.config.repeats,
                         "load_average_start": load_at_start,
-                        "load_average_end": _load_average()},
+                        "load_average_end": recorded_load_average()},
     }
     report["goals"] = _goals(report["overall"])
     return table, report
@@ -240,14 +241,6 @@ def _timed_chains(
                                               "chain_spread_ms": fresh.chain_spread_ms},
                    {"timed_at": timed_at})
     return fresh, timed_at, False
-
-
-def _load_average() -> float | None:
-    """The 1-minute load average: how busy the machine was while latencies were timed."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -349,33 +350,43 @@ class ProfileTable:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> ProfileTable:
-        """Read a table written by :meth:`save`."""
-        path = Path(directory)
+        """Read a table written by :meth:`save`.
+
+        :raises ProfileError: the files are missing, cut short or not a profile table (one
+            copied from elsewhere), naming the folder and how to rebuild it.
+        """
+        path, document = Path(directory), None
         try:
             document = json.loads((path / JSON_NAME).read_text())
-            npz = np.load(path / NPZ_NAME)
-        except (OSError, ValueError) as error:
+            if document.get("format_version") != FORMAT_VERSION:
+                raise ProfileError(
+                    f"profile in {path} has format {document.get('format_version')}, this "
+                    f"sparseloom reads {FORMAT_VERSION}; rebuild it")
+            with np.load(path / NPZ_NAME) as npz:
+                tasks = {
+                    entry["name"]: TaskProfile(
+                        task=entry["name"], metric=entry["metric"],
+                        variant_names=entry["variant_names"],
+                        variant_kinds=entry["variant_kinds"],
+                        **{field: npz[f"{entry['key']}.{field}"] for field in ARRAY_FIELDS
+                           if field not in OPTIONAL_FIELDS
+                           or f"{entry['key']}.{field}" in npz},
+                    )
+                    for entry in document["tasks"]
+                }
+            return cls(document["workload"], document["processors"], tasks, document["meta"])
+        except (ProfileError, OSError, ValueError, KeyError, TypeError, AttributeError,
+                EOFError, zipfile.BadZipFile) as error:
+            if isinstance(error, ProfileError) and str(path) in str(error):
+                raise
+            workload = document.get("workload") if isinstance(document, dict) else None
+            rebuild = (f"`sparseloom profile {workload} --no-cache` (with the options that "
+                       f"made it)" if isinstance(workload, str)
+                       else "`sparseloom profile WORKLOAD --no-cache`")
             raise ProfileError(
-                f"cannot read a profile table in {path}: {error}; rebuild it with "
-                f"`sparseloom profile WORKLOAD`"
-            ) from error
-        if document.get("format_version") != FORMAT_VERSION:
-            raise ProfileError(
-                f"profile in {path} has format {document.get('format_version')}, this "
-                f"sparseloom reads {FORMAT_VERSION}; rebuild it"
-            )
-        with npz:
-            tasks = {
-                entry["name"]: TaskProfile(
-                    task=entry["name"], metric=entry["metric"],
-                    variant_names=entry["variant_names"],
-                    variant_kinds=entry["variant_kinds"],
-                    **{field: npz[f"{entry['key']}.{field}"] for field in ARRAY_FIELDS
-                       if field not in OPTIONAL_FIELDS or f"{entry['key']}.{field}" in npz},
-                )
-                for entry in document["tasks"]
-            }
-        return cls(document["workload"], document["processors"], tasks, document["meta"])
+                f"cannot read a profile table in {path} ({type(error).__name__}: {error}): it is "
+                f"missing, damaged or not a profile table; delete {path} or rebuild it with "
+                f"{rebuild}") from error
 
 
 def _json_default(value: Any) -> Any:

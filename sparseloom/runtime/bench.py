@@ -70,6 +70,15 @@ def _bare_round(runtime: Runtime, worker_name: str, task: RuntimeTask,
     return elapsed[0] / len(rows)
 
 
+def _offered(runtime: Runtime, spec: LoadSpec) -> Any:
+    """:func:`offer`, whose Ctrl-C (drained, reported as ``interrupted``) stops the benchmark
+    rather than counting as one short round."""
+    result = offer(runtime, spec)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
 def benchmark_runtime(workload: Any, profile: Any, *, processor: str | None = None,
                       requests: int = 200, rounds: int = 5) -> dict[str, Any]:
     """Overhead of the runtime over a bare loop, per task of ``workload`` (see module doc)."""
@@ -87,11 +96,11 @@ def benchmark_runtime(workload: Any, profile: Any, *, processor: str | None = No
         switching.start(runtime, Plan("bench", [name] * zoo.positions, {task_name: dense}))
         samples = list(range(min(requests, task.task.num_eval)))
         try:
-            offer(runtime, LoadSpec("closed", queries=20))  # warm-up
+            _offered(runtime, LoadSpec("closed", queries=20))  # warm-up
             _bare_round(runtime, name, task, samples[:20])
             served, bare = [], []
             for _ in range(rounds):
-                result = offer(runtime, LoadSpec("closed", queries=len(samples)))
+                result = _offered(runtime, LoadSpec("closed", queries=len(samples)))
                 served.append(result.wall_s / len(samples))
                 bare.append(_bare_round(runtime, name, task, samples))
         finally:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from sparseloom.core.errors import SparseloomError
+from sparseloom.runtime.threads import mark_serving
 
 log = logging.getLogger("sparseloom.runtime")
 
@@ -65,6 +66,7 @@ class ControlThread:
             self._thread = None
 
     def _loop(self) -> None:
+        mark_serving("the control thread")
         while True:
             job = self._queue.get()
             if job is _STOP:

@@ -23,10 +23,11 @@ from typing import Any
 from sparseloom.core.errors import RuntimeServeError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
+from sparseloom.runtime.admission import RequestChecks
 from sparseloom.runtime.control import ControlThread
 from sparseloom.runtime.faults import FaultInjector
 from sparseloom.runtime.heap import SERVING_HEAP
-from sparseloom.runtime.models import ModelLoader, RuntimeTask, check_request_inputs
+from sparseloom.runtime.models import ModelLoader, RuntimeTask
 from sparseloom.runtime.monitor import LatencyMonitor
 from sparseloom.runtime.options import DOWN_AFTER as DOWN_AFTER  # re-export
 from sparseloom.runtime.options import RuntimeOptions as RuntimeOptions  # re-export
@@ -99,7 +100,7 @@ class Runtime(StageHandler):
         self._in_flight: dict[int, Request] = {}
         self._draining = False
         self._stage_ms: dict[tuple[str, int, int, str], float] = {}
-        self._sample_checked: set[str] = set()
+        self.checks = RequestChecks(self.tasks, self.notes)
         self._output_names = {name: task.output_name for name, task in self.tasks.items()}
         self._switch_interval: float | None = None
         self._next_feedback_s = 0.0
@@ -170,32 +171,26 @@ class Runtime(StageHandler):
 
     # -- requests ---------------------------------------------------------------------------
 
-    def submit(self, task: str, sample: int = -1, inputs: Mapping[str, Any] | None = None,
+    def submit(self, task: str, sample: int | None = None,
+               inputs: Mapping[str, Any] | None = None,
                future: Future[Any] | None = None) -> Request:
         """Submit one request of ``task``: eval-set row ``sample`` or your own ``inputs``.
 
-        Inputs from outside are checked against the task's first subgraph; eval rows once
-        per task. ``future`` gets the last stage's outputs, or the failure.
+        Every request is checked here, before it can reach a processor
+        (:mod:`sparseloom.runtime.admission`): a row's type and range on every call, inputs'
+        names, dtype and shape. ``future`` gets the last stage's outputs, or the failure.
 
-        :raises RuntimeServeError: an unknown or closed task, or neither inputs nor a sample.
+        :raises RuntimeServeError: an unknown or closed task.
         :raises Overloaded: ``options.max_queued`` requests of the task have not ended yet.
+        :raises ArgumentError: a row that is not an int in range (or neither row nor inputs).
         :raises BackendError: inputs that do not match the task's model.
         """
-        served = self.tasks.get(task)
-        if served is None:
+        if task not in self.tasks:
             raise RuntimeServeError(f"task {task!r} is not served by this runtime; served: "
                                     f"{', '.join(self.tasks)}")
-        if inputs is not None:
-            arrays = check_request_inputs(served, inputs)
-        elif sample >= 0:
-            eval_inputs = served.task.eval_inputs
-            arrays = {name: eval_inputs[name][sample:sample + 1] for name in eval_inputs}
-            if task not in self._sample_checked:
-                arrays = check_request_inputs(served, arrays)
-                self._sample_checked.add(task)
-        else:
-            raise RuntimeServeError("submit needs an eval-set sample index or inputs")
-        request = Request(next(self._ids), task, sample, arrays, time.perf_counter(),
+        arrays = self.checks.arrays(task, sample, inputs)
+        row = -1 if inputs is not None else int(sample)  # type: ignore[arg-type]
+        request = Request(next(self._ids), task, row, arrays, time.perf_counter(),
                           None, 0, arrays, [], future=future)
         with self._lock:
             routed = self.states[task].admit(request, self.options.max_queued)
@@ -238,6 +233,10 @@ class Runtime(StageHandler):
 
     def stage_done(self, request: Request, worker: ProcessorWorker) -> ProcessorWorker | None:
         """Hand a request to its next stage's worker, or complete it (called by workers)."""
+        suspect = request.suspect
+        if suspect is not None:  # a retried stage ran here: the processor that failed it is
+            request.suspect = None  # to blame, not the request
+            self._blame(suspect)
         if self.dispatcher is not None:
             request.stage -= 1
             worker.add_pending(-self._expected_ms(request, worker))
@@ -252,22 +251,34 @@ class Runtime(StageHandler):
 
     def stage_failed(self, request: Request, worker: ProcessorWorker, error: BaseException
                      ) -> None:
-        """Retry the failed stage once on another processor, else fail the request."""
+        """Retry the failed stage once on another processor, else fail the request.
+
+        The retry also says whose fault the failure was: when it succeeds, the first
+        processor's (:meth:`_blame`: ``down_after`` blames in a row mark it down); when it
+        fails too, the request's own (it fails on two processors), and neither is blamed.
+        Without a second processor to ask nobody is blamed, so a client's bad requests never
+        take a processor down.
+        """
         get_registry().notify_backend_error(worker.processor, "infer", error)
         if self.dispatcher is not None:
             worker.add_pending(-self._expected_ms(request, worker))
-        if worker.consecutive_failures >= self.options.down_after and not worker.down:
-            self._mark_down(worker)
         reason = f"{type(error).__name__}: {error}"
         request.error = error
+        first, request.suspect = request.suspect, None
         if request.retries >= 1:
-            self._fail(request, f"failed again after a retry: {reason}", worker.name)
+            whose = (f" (first on {first.name}): it fails on two processors, so the request "
+                     f"itself is at fault and neither is marked down for it"
+                     if first is not None and first is not worker else "")
+            self._fail(request, f"failed again after a retry on {worker.name}{whose}: {reason}",
+                       worker.name)
             return
         position = request.stage
         key = request.routed.keys[position]
         others = [w for w in self.workers.values() if w is not worker and not w.down]
         holding = [w for w in others if key in w.models]
         request.retries += 1
+        if others:
+            request.suspect = worker
         if holding:
             self._enqueue(min(holding, key=lambda w: w.pending_ms), request)
         elif others:
@@ -275,6 +286,21 @@ class Runtime(StageHandler):
         else:
             self._fail(request, f"{reason}; no other processor is up to retry it on",
                        worker.name)
+
+    def _blame(self, worker: ProcessorWorker) -> None:
+        """Count a failure that was the processor's (another one ran the stage): mark it down
+        after ``options.down_after`` in a row (a stage it runs resets the count)."""
+        with worker.mutex:
+            worker.consecutive_failures += 1
+            down = not worker.down and worker.consecutive_failures >= self.options.down_after
+            if down:
+                worker.down = True
+        if down:
+            self.notes.append(f"processor {worker.name} marked down after "
+                              f"{worker.consecutive_failures} consecutive failures")
+            from sparseloom.runtime.switching import replan_without_down
+
+            self.control.submit(lambda: replan_without_down(self))
 
     def _load_and_retry(self, request: Request, key: ModelKey,
                         worker: ProcessorWorker, reason: str) -> None:
@@ -285,14 +311,6 @@ class Runtime(StageHandler):
                                 f"{error}", worker.name)
             return
         self._enqueue(worker, request)
-
-    def _mark_down(self, worker: ProcessorWorker) -> None:
-        worker.down = True
-        self.notes.append(f"processor {worker.name} marked down after "
-                          f"{worker.consecutive_failures} consecutive failures")
-        from sparseloom.runtime.switching import replan_without_down
-
-        self.control.submit(lambda: replan_without_down(self))
 
     # -- ending requests --------------------------------------------------------------------
 

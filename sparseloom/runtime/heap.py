@@ -84,7 +84,14 @@ class SurvivorFreeze:
         self.compactions = 0
 
     def install(self) -> None:
-        """Freeze after every full collection from now on (idempotent)."""
+        """Freeze after every full collection from now on (idempotent).
+
+        A Ctrl-C handled as the callback starts would be raised inside it, where Python drops
+        it: the interrupt is delivered again once the callback returns
+        (:mod:`sparseloom.runtime.interrupts`)."""
+        from sparseloom.runtime.interrupts import redeliver_lost_interrupts
+
+        redeliver_lost_interrupts()
         if not self._installed:
             gc.callbacks.append(self._after_collection)
             self._installed = True

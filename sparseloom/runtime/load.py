@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from sparseloom.core.errors import ConfigError, Overloaded
-from sparseloom.runtime import switching
+from sparseloom.runtime import interrupts, switching
 from sparseloom.workload.arguments import choice_field, names_attribute, number_field
 
 if TYPE_CHECKING:
@@ -204,7 +204,9 @@ class _Driver:
 
 def offer(runtime: Runtime, spec: LoadSpec, *, progress: bool = False,
           drain_timeout_s: float = 60.0) -> LoadResult:
-    """Offer ``spec``'s load to a started runtime until it is served; Ctrl-C drains.
+    """Offer ``spec``'s load to a started runtime until it is served; Ctrl-C stops issuing,
+    drains what is in flight and returns a result marked ``interrupted`` (its callers raise
+    :class:`~sparseloom.runtime.summary.RunInterrupted` from it).
 
     The runtime must have been started with the first task of ``spec.arrival_order`` active
     (or all tasks, without an order).
@@ -241,6 +243,7 @@ def offer(runtime: Runtime, spec: LoadSpec, *, progress: bool = False,
 def _wait(driver: _Driver, bar: Any) -> None:
     while not driver.finished():
         time.sleep(0.02)
+        interrupts.check()  # a Ctrl-C whose exception was lost still stops the load
         _tick(driver, bar)
         if (driver.spec.kind == "closed" and driver.spec.arrival_order
                 and len(driver.joined) < len(driver.tasks) and driver.runtime.in_flight == 0):
@@ -265,6 +268,7 @@ def _poisson(driver: _Driver, bar: Any) -> None:
                 driver.join_next()
             time.sleep(0.005)
             continue
+        interrupts.check()
         due, task = heapq.heappop(arrivals)
         delay = due - time.perf_counter()
         if delay > 0:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -166,21 +167,48 @@ class ModelLoader:
             event = event or twin_event
         return event
 
+    def model_path(self, key: ModelKey) -> Path:
+        """The file subgraph ``key`` is loaded from: its zoo file or merged chain, as a batch-1
+        copy when :attr:`batch_one`."""
+        task_name, position, variant = key
+        zoo = self.tasks[task_name].zoo
+        if isinstance(variant, tuple):  # a merged chain (WHOLE): merged once, then cached
+            from sparseloom.zoo.whole import merged_path
+
+            path = merged_path(zoo, variant)
+        else:
+            path = zoo.subgraph_path(position, variant)
+        if self.batch_one:
+            from sparseloom.zoo.batch_one import batch_one_path, batch_params
+
+            path = batch_one_path(path, batch_params(zoo.boundary(0).inputs))
+        return path
+
+    def probe(self, loads: Iterable[tuple[ModelKey, ProcessorWorker, tuple[int, ...]]]) -> None:
+        """Probe in one child process every model that :meth:`load` of these (key, worker,
+        lent cores) would compile, wide twins included (:mod:`sparseloom.isolation`): not one
+        child per model."""
+        from sparseloom.isolation.guard import prepare
+
+        requests = []
+        for key, worker, lent in loads:
+            resident = worker.models.get(key)
+            if resident is not None and (resident.wide or not lent):
+                continue
+            backend = get_backend(worker.processor.backend)
+            path = self.model_path(key)
+            requests.append((backend, path, worker.processor))
+            widened = getattr(backend, "widened", None)
+            if lent and callable(widened):
+                requests.append((backend, path, widened(worker.processor, tuple(lent))))
+        prepare(requests)
+
     def _load_one(self, key: ModelKey, backend: Any, processor: Processor, reason: str
                   ) -> tuple[Any, Callable[[Mapping[str, Any]], Mapping[str, Any]], LoadEvent]:
         """Compile and load subgraph ``key`` for ``processor``: (loaded, its call, the event)."""
         task_name, position, variant = key
         task = self.tasks[task_name]
-        if isinstance(variant, tuple):  # a merged chain (WHOLE): merged once, then cached
-            from sparseloom.zoo.whole import merged_path
-
-            path = merged_path(task.zoo, variant)
-        else:
-            path = task.zoo.subgraph_path(position, variant)
-        if self.batch_one:
-            from sparseloom.zoo.batch_one import batch_one_path, batch_params
-
-            path = batch_one_path(path, batch_params(task.zoo.boundary(0).inputs))
+        path = self.model_path(key)
         started = time.perf_counter()
         kept = _KEPT.get((str(path), processor)) if _KEPT is not None else None
         if kept is not None:

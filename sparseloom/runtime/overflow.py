@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from sparseloom.runtime.threads import mark_serving
 from sparseloom.runtime.worker import HORIZON_S
 
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ class Overflow:
             self.worker.urgent.notify()
 
     def _loop(self) -> None:
+        mark_serving(f"the overflow thread of {self.worker.name}")
         if self.cores and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, self.cores)
         worker = self.worker

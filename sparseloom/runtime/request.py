@@ -133,6 +133,8 @@ class Request:
         reason: why it failed.
         failed_on: the processor it failed on (or held its stage when it was failed).
         error: the backend's exception behind a failure, when there was one.
+        suspect: while a failed stage is retried, the worker that failed it (blamed once the
+            retry succeeds elsewhere; not when it fails too: then the request is at fault).
         future: resolved when it ends (:class:`sparseloom.Server` requests), then dropped.
     """
 
@@ -153,6 +155,7 @@ class Request:
     failed_on: str = ""
     error: BaseException | None = None
     future: Any = None
+    suspect: Any = None
 
     @property
     def output(self) -> Any:

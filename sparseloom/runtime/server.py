@@ -39,6 +39,7 @@ from sparseloom.runtime.arguments import check_server_arguments
 from sparseloom.runtime.executor import Runtime, RuntimeOptions
 from sparseloom.runtime.models import profile_processors
 from sparseloom.runtime.stats import ServerStats, server_stats
+from sparseloom.runtime.threads import Closing, refuse_on_serving_thread, serving_thread
 
 #: Requests of one task admitted and not yet ended before ``submit`` raises ``Overloaded``.
 #: 128 covers a switch that loads a subgraph (the GIL is held for up to ~0.9 s, docs/runtime.md)
@@ -88,6 +89,7 @@ class Server:
         self._busy_since: dict[str, tuple[float, float]] = {}
         # Guards the served set and the utilisation snapshots; never held while waiting.
         self._lock = threading.Lock()
+        self._closing: Closing | None = None
         #: The first plan, its preload set and where each task's SLO came from (once started).
         self.plan: Any = None
         self.preload: Any = None
@@ -108,6 +110,7 @@ class Server:
         from sparseloom.plan.api import make_plan
         from sparseloom.profile.builder import build_profile
         from sparseloom.runtime.models import RuntimeTask
+        from sparseloom.runtime.replan import Replanner
         from sparseloom.workload.load import load_workload
         from sparseloom.zoo.load import load_zoo
         from sparseloom.zoo.options import zoo_directory
@@ -123,8 +126,7 @@ class Server:
             raise RuntimeServeError(f"tasks= names {', '.join(map(repr, unknown))}, which the "
                                     f"profile does not hold; tasks: {', '.join(profile.tasks)}")
         processors = profile_processors(profile, self._processors)
-        names = [p.name for p in processors]
-        planned = make_plan(profile, policy=self._policy, slos=self._slos, processors=names,
+        planned = make_plan(profile, policy=self._policy, slos=self._slos, processors=processors,
                             memory_budget=self._memory_budget,
                             workload_slos={task.name: task.slo for task in workload.tasks})
         policy = planned.policy
@@ -132,14 +134,11 @@ class Server:
         tasks = [RuntimeTask(workload.task(name), load_zoo(zoo_directory(zoos[name]),
                                                            verify=False), planned.slos[name])
                  for name in profile.tasks]
-        runtime: Runtime
-
-        def planner(active: tuple[str, ...], down: tuple[str, ...]) -> Any:
-            up = [n for n in names if n not in down]
-            return policy.plan(list(active), profile, up, {t: runtime.slos[t] for t in active})
-
+        # Every re-plan holds the policy to the contract make_plan held the first plan to.
+        planner = Replanner(policy, self._policy, profile, processors)
         runtime = Runtime(tasks, processors, profile=profile, policy=policy, planner=planner,
                           options=self._options)
+        planner.slos = runtime.slos  # the runtime's own mapping: live SLO changes reach it
         try:
             self.preload_events = switching.start(
                 runtime, planned.plan, active=self._tasks, preload=planned.preload,
@@ -156,23 +155,28 @@ class Server:
     def close(self, timeout_s: float = 60.0) -> int:
         """Stop admitting, let the requests in flight end (those still in flight after
         ``timeout_s`` fail explicitly), then stop the workers. Returns how many the drain
-        failed. Calling it again does nothing."""
+        failed. Calling it again waits for the first call's close and returns 0.
+
+        Called on one of the server's own threads (a future's done-callback runs on a worker)
+        it cannot wait for the workers to stop — that thread is one of them — so it starts
+        the close on a thread of its own and returns 0 at once; leaving the ``with`` block
+        (or calling ``close()`` from your thread) waits for that close to finish.
+        """
         runtime = self._runtime
-        if runtime is None or self._closed:
+        if runtime is None:
             return 0
-        self._closed = True
-        self._serving = frozenset()
-        for name in runtime.tasks:
-            state = runtime.states[name]
-            unrouted = state.route is None and state.pending is None
-            runtime.close_task(name, "the server is closing", fail_held=(
-                "the server closed before the task was routed" if unrouted else ""))
-        try:
-            failed = runtime.drain(timeout_s)
-            runtime.control.wait_idle(timeout_s)
-        finally:
-            runtime.stop()
-        return failed
+        with self._lock:
+            closing, first = self._closing, self._closing is None
+            if closing is None:
+                closing = self._closing = Closing(runtime, timeout_s)
+                self._closed = True
+                self._serving = frozenset()
+        if first:
+            closing.start()
+        if serving_thread() is not None:
+            return 0
+        failed = closing.wait()
+        return failed if first else 0
 
     def __enter__(self) -> Server:
         return self.start()
@@ -221,8 +225,11 @@ class Server:
         """Queue one request (batch 1) of ``task``; the future gets its last stage's outputs
         by name. Safe from any number of threads; done-callbacks run on a worker thread.
 
+        Inputs holding NaN or Inf are served, with one ``NonFiniteInputWarning`` per task.
+
         :raises RuntimeServeError: a task that is not served, or a server not running.
-        :raises BackendError: inputs that do not match the task's model (names, dtype, shape).
+        :raises BackendError: inputs that do not match the task's model (a missing or extra
+            name, dtype, shape).
         :raises Overloaded: ``max_queued`` requests of the task have not ended yet.
         """
         future: Future[dict[str, Any]] = Future()
@@ -230,7 +237,11 @@ class Server:
         return future
 
     def submit_sample(self, task: str, sample: int) -> Future[dict[str, Any]]:
-        """Queue the task's eval-set row ``sample`` (scored in the run summary)."""
+        """Queue the task's eval-set row ``sample`` (scored in the run summary).
+
+        :raises ArgumentError: ``sample`` is not an int (a bool or a float is refused) in
+            ``[0, rows)`` of the task's eval set; the message gives the range.
+        """
         future: Future[dict[str, Any]] = Future()
         self._admit(task).submit(task, sample, future=future)
         return future
@@ -240,7 +251,11 @@ class Server:
         """:meth:`submit` and wait: the outputs, or the request's exception.
 
         :raises TimeoutError: no answer within ``timeout`` seconds (the request goes on).
+        :raises RuntimeServeError: called on one of the server's threads (a done-callback):
+            waiting there would deadlock the worker that must serve it.
         """
+        refuse_on_serving_thread("infer()", "use submit() and chain futures "
+                                             "(future.add_done_callback) instead")
         return self.submit(task, inputs).result(timeout)
 
     async def ainfer(self, task: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -251,7 +266,13 @@ class Server:
 
     def _on_control(self, job: Callable[[], Any], timeout_s: float) -> Any:
         """Run ``job`` on the control thread (after what is queued there) and wait for it;
-        its exception is raised here."""
+        its exception is raised here.
+
+        :raises RuntimeServeError: called on one of the server's threads, where waiting for
+            the control thread can deadlock (it may need that very thread)."""
+        refuse_on_serving_thread("a live change (set_slo, add_task, remove_task)",
+                                  "call it from a thread of your own, or use "
+                                  "add_task(..., wait=False)")
         runtime = self.runtime
         done = threading.Event()
         outcome: dict[str, Any] = {}
@@ -365,4 +386,5 @@ class Server:
         runtime = self.runtime
         with self._lock:
             return server_stats(runtime, self._serving, self._busy_since)
+
 

@@ -27,7 +27,13 @@ from sparseloom.runtime.models import profile_processors as profile_processors  
 from sparseloom.runtime.models import resident_bytes, rss_bytes
 from sparseloom.runtime.records import RecordStream, RequestRecord
 from sparseloom.runtime.server import DEFAULT_MAX_QUEUED, Server
-from sparseloom.runtime.summary import RunSummary, records, request_record, summarize
+from sparseloom.runtime.summary import (
+    RunInterrupted,
+    RunSummary,
+    records,
+    request_record,
+    summarize,
+)
 from sparseloom.workload.arguments import (
     instance_field,
     names_attribute,
@@ -86,6 +92,8 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
     """Serve ``workload`` from ``profile`` through a :class:`~sparseloom.Server`, offer the
     load and summarise the run.
 
+    :raises RunInterrupted: Ctrl-C cut the load short (a ``KeyboardInterrupt``); its
+        ``partial`` is the result of what was served until then (INVALID, marked so).
     :raises RuntimeServeError: a task, processor or arrival order the run cannot serve.
     :raises PlanError, UnknownNameError: from planning (bad SLO, unknown policy, budget).
     """
@@ -153,4 +161,7 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
                 f"{max(jobs):.0f} ms (loads for a switch hold the GIL while a backend builds "
                 f"its session: every worker waits meanwhile, docs/runtime.md)")
         summary = summarize(runtime, load, spec, settings=settings, memory=memory)
-        return RunResult(summary, tuple(records(runtime)), server.plan, preload)
+        result = RunResult(summary, tuple(records(runtime)), server.plan, preload)
+    if load.interrupted:
+        raise RunInterrupted(result)
+    return result

@@ -106,6 +106,22 @@ class RunSummary:
 INTERRUPTED = "interrupted (Ctrl-C): the load was cut short"
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C cut a run short; raised once the requests in flight have drained, so that no
+    caller goes on as if it had not been pressed (a benchmark of many runs stops, where it
+    once recorded one INVALID run and carried on).
+
+    Attributes:
+        partial: what the run measured until then — the ``RunResult`` of
+            :func:`~sparseloom.runtime.session.serve`, the ``RunSummary`` of a stock
+            runtime's run; its summary says INVALID with :data:`INTERRUPTED`.
+    """
+
+    def __init__(self, partial: Any) -> None:
+        super().__init__(INTERRUPTED)
+        self.partial = partial
+
+
 def records(runtime: Runtime) -> list[RequestRecord]:
     """Per-request records of the ended requests the runtime keeps (its newest
     ``keep_requests``; every one of a shorter run), in submission order."""

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sparseloom.core.errors import PluginCallError, RuntimeServeError, SparseloomError
+from sparseloom.core.errors import PlanError, PluginCallError, RuntimeServeError, SparseloomError
 from sparseloom.core.types import SLO
 from sparseloom.runtime.lanes import lane_name
 from sparseloom.runtime.monitor import make_feedback, processor_slowdown
 from sparseloom.runtime.records import LoadEvent
+from sparseloom.runtime.replan import checked_feedback
 from sparseloom.runtime.request import Route, chain_keys, merged_key
 from sparseloom.runtime.resident import ModelKey
 
@@ -144,11 +145,19 @@ def load_pairs(runtime: Runtime, pairs: Iterable[tuple[ModelKey, str]],
     ``wide`` tasks wide, :attr:`Plan.wide`); return the loads made."""
     events = []
     wide = set(wide)
-    for key, processor in pairs:
-        lent = lent_cores(runtime, processor) if key[0] in wide else ()
-        event = runtime.loader.load(key, runtime.workers[processor], reason, lent)
-        if event is not None:
-            events.append(event)
+    loads = [(key, processor, lent_cores(runtime, processor) if key[0] in wide else ())
+             for key, processor in pairs]
+    runtime.loader.probe((key, runtime.workers[processor], lent)
+                         for key, processor, lent in loads)
+    try:
+        for key, processor, lent in loads:
+            event = runtime.loader.load(key, runtime.workers[processor], reason, lent)
+            if event is not None:
+                events.append(event)
+    finally:
+        from sparseloom.isolation.probe import wait_for_probes
+
+        wait_for_probes()  # no probe process competes with serving for the cores
     return events
 
 
@@ -229,8 +238,10 @@ def down_processors(runtime: Runtime) -> tuple[str, ...]:
 def give_feedback(runtime: Runtime) -> None:
     """Tell the policy the monitors' verdicts; apply the plan it returns, if any.
 
-    A third-party ``on_feedback`` that raises is reported once (the error leaves this call, the
-    run's summary notes it) and not called again in this run: the plan in force stays.
+    A third-party ``on_feedback`` that raises, or returns what the runtime cannot serve (not a
+    ``Plan``, or one breaking its contract: :func:`~sparseloom.plan.contract.checked_plan`), is
+    reported once (the error leaves this call, the run's summary notes it) and not called again
+    in this run: the plan in force stays. A plan that holds is completed like the first one.
     """
     on_feedback = getattr(runtime.policy, "on_feedback", None)
     if not callable(on_feedback) or getattr(runtime, "feedback_error", None) is not None:
@@ -245,8 +256,15 @@ def give_feedback(runtime: Runtime) -> None:
     except PluginCallError as error:
         runtime.feedback_error = error  # type: ignore[attr-defined]
         raise PluginCallError(f"{error}; on_feedback is not called again in this run") from error
-    if new_plan is not None:
-        apply_plan(runtime, new_plan, "feedback")
+    if new_plan is None:
+        return
+    try:
+        new_plan = checked_feedback(runtime, new_plan, active)
+    except PlanError as error:
+        runtime.feedback_error = error  # type: ignore[attr-defined]
+        raise PlanError(f"on_feedback(): {error}; the plan in force stays, and on_feedback is "
+                        f"not called again in this run") from error
+    apply_plan(runtime, new_plan, "feedback")
 
 
 def join(runtime: Runtime, task: str) -> None:

@@ -50,6 +50,7 @@ import attrs
 from sparseloom.core.types import Processor
 from sparseloom.runtime.lanes import profiled_as
 from sparseloom.runtime.resident import ModelKey, ResidentModel
+from sparseloom.runtime.threads import mark_serving
 
 if TYPE_CHECKING:
     from sparseloom.runtime.faults import FaultInjector
@@ -149,8 +150,10 @@ class ProcessorWorker:
         profiled_s: what the profile says those calls take; ``busy_s / profiled_s`` over a
             window is how much slower (or faster) the processor runs than profiled.
         stages_run: model calls made.
-        failures: stage failures on this processor; ``consecutive_failures`` resets on success.
-        down: marked down after repeated failures (the policy re-plans without it).
+        failures: stage failures on this processor.
+        consecutive_failures: failures blamed on this processor since it last ran a stage (a
+            failure is blamed once another processor ran the stage: ``Runtime.stage_failed``).
+        down: marked down after repeated blamed failures (the policy re-plans without it).
         pending_ms: the expected work queued here, from profiled stage times (for dispatch).
         active: threads running a request's stages, or a queued job, here now (its own
             thread and its overflow thread).
@@ -262,6 +265,7 @@ class ProcessorWorker:
         return len(self._heap)
 
     def _loop(self) -> None:
+        mark_serving(f"the worker of {self.processor.name}")
         cores = tuple(self.processor.cores)
         if cores and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cores)
@@ -373,7 +377,6 @@ class ProcessorWorker:
             except Exception as error:
                 with self.mutex:  # (the overflow thread may fail a stage at the same time)
                     self.failures += 1
-                    self.consecutive_failures += 1
                 handler.stage_failed(request, self, error)
                 return
             self.consecutive_failures = 0

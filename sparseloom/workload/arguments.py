@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import attrs
+
 from sparseloom.core.errors import ArgumentError
 from sparseloom.core.types import SLO
 
@@ -46,11 +48,23 @@ def check_path_or_name(where: str, parameter: str, value: Any, what: str) -> Any
     return value
 
 
+def _identity(parameter: str, item: Any) -> Any:
+    """What makes ``item`` of list ``parameter`` one thing: a record's name, a processor spec's
+    name (``ort:CPU?threads=2`` is ``ort:CPU``), else the item itself."""
+    name = getattr(item, "name", item)
+    if isinstance(name, str) and parameter.endswith("processors"):
+        return name.partition("?")[0]
+    return name
+
+
 def check_names(where: str, parameter: str, value: Any, *,
-                items: type | tuple[type, ...] = str) -> tuple[Any, ...] | None:
+                items: type | tuple[type, ...] = str, unique: bool = True
+                ) -> tuple[Any, ...] | None:
     """``None``, or a list or tuple of ``items`` (names by default) as a tuple.
 
-    A lone string is refused rather than read letter by letter.
+    A lone string is refused rather than read letter by letter; with ``unique`` (the default)
+    so is a list naming one thing twice (each of these lists names a set: processors, tasks,
+    contenders, variants), rather than served, planned or measured twice.
     """
     if value is None:
         return None
@@ -66,6 +80,15 @@ def check_names(where: str, parameter: str, value: Any, *,
             t.__name__ for t in items)
         raise ArgumentError(f"{where}: every item of {parameter} must be a {kinds}, got "
                             f"{_got(wrong[0])}")
+    if unique:
+        seen: dict[Any, Any] = {}
+        for item in names:
+            key = _identity(parameter, item)
+            if key in seen:
+                pair = f" ({seen[key]!r} and {item!r})" if seen[key] != item else ""
+                raise ArgumentError(f"{where}: {parameter} names {key!r} more than once{pair}; "
+                                    f"give each once")
+            seen[key] = item
     return names
 
 
@@ -137,8 +160,6 @@ def names_field(instance: Any, attribute: Any, value: Any) -> None:
 def names_attribute() -> Any:
     """An attrs field of names, default empty: a list or tuple becomes a tuple, a lone string
     is refused (naming the record and the field)."""
-    import attrs
-
     return attrs.field(default=(), converter=names_converter, validator=names_field)
 
 
@@ -172,3 +193,72 @@ def instance_field(expected: type | tuple[type, ...], fix: str
 def slos_converter(value: Any) -> Any:
     """SLOs by task, with ``(accuracy, latency_ms)`` pairs read as :class:`SLO` records."""
     return check_slos("RunConfig", "slos", value) if value is not None else {}
+
+
+# -- builder options -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class OptionRange:
+    """The values a numeric option of a task builder takes (:attr:`TaskBuilder.ranges`).
+
+    Attributes:
+        low, high: the bounds.
+        low_open, high_open: whether a bound itself is excluded.
+        why: what the option means or why the bound is there, said in the error.
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is not allowed, or ``None``."""
+        above = value > self.low or (value == self.low and not self.low_open)
+        below = value < self.high or (value == self.high and not self.high_open)
+        if math.isfinite(value) and above and below:
+            return None
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return (f"is outside {left}{_bound(self.low)}, {_bound(self.high)}{right}"
+                + (f" ({self.why})" if self.why else ""))
+
+
+def _bound(value: float) -> str:
+    """A range's bound as written: ``4294967295``, ``0.05``, ``inf``."""
+    return str(int(value)) if math.isfinite(value) and value == int(value) else f"{value:g}"
+
+
+#: Options every builder checks by name when it declares no range of its own.
+SEED_RANGE = OptionRange(0, 2**32 - 1, why="a seed is a 32-bit number")
+
+
+def check_builder_options(builder: Any, config: Mapping[str, Any], where: str) -> None:
+    """Refuse a builder ``config`` (its defaults updated with the task's options) whose numbers
+    fall outside the builder's ``ranges`` (NaN and infinities always; a ``seed`` outside 32
+    bits), or that its ``check`` finds wrong, in one :class:`ArgumentError` naming the option,
+    the value and the allowed range."""
+    ranges = dict(getattr(builder, "ranges", {}) or {})
+    for key, value in config.items():
+        values = value if isinstance(value, list | tuple) else [value]
+        for item in _numbers(values):
+            rule = ranges.get(key, SEED_RANGE if key == "seed" else OptionRange())
+            problem = rule.problem(float(item))
+            if problem is not None:
+                raise ArgumentError(f"{where}: option {key} = {value!r} {problem}; set it in "
+                                    f"[task.options] within that range (builder "
+                                    f"{builder.name!r})")
+    check = getattr(builder, "check", None)
+    problem = check(config) if callable(check) else None
+    if problem:
+        raise ArgumentError(f"{where}: {problem} (builder {builder.name!r})")
+
+
+def _numbers(values: Iterable[Any]) -> Iterable[float]:
+    """The numbers of ``values``, nested lists flattened (``stages = [[24, 2], ...]``)."""
+    for value in values:
+        if isinstance(value, list | tuple):
+            yield from _numbers(value)
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            yield float(value)

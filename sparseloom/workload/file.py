@@ -184,7 +184,10 @@ def _parse_task(table: Any, index: int, base: Path, where_file: str) -> TaskDefi
             )
         builder = resolve_builder(table["builder"], where)
         options = check_options(builder, table.get("options", {}), where)
-        return TaskDefinition(builder=builder, options=options, **common)
+        try:
+            return TaskDefinition(builder=builder, options=options, **common)
+        except ConfigError as error:  # the option's range: say which file
+            raise ConfigError(f"{where_file}: {error}") from None
     if "options" in table:
         raise ConfigError(f"{where}: 'options' is only for builder tasks")
     missing = [key for key in ("model", "data") if key not in table]

@@ -21,6 +21,7 @@ import numpy as np
 
 from sparseloom.core.errors import ConfigError, MissingDataError, UnknownTaskError
 from sparseloom.core.types import SLO
+from sparseloom.workload.arguments import OptionRange, check_builder_options
 from sparseloom.workload.metrics import get_metric
 
 if TYPE_CHECKING:
@@ -223,6 +224,14 @@ class TaskBuilder:
         defaults: its options and their default values (the TOML may override them).
         version: bump it when the recipe changes so that caches rebuild.
         description: one line about the task it builds.
+        ranges: the values each numeric option takes (every number of a list option too);
+            an option without one need only be finite, and ``seed`` a 32-bit number.
+        check: ``check(config)`` for rules between options: why ``config`` cannot be built,
+            or ``None``.
+
+    A config outside these is refused when the task is declared, naming the option, the value
+    and the range (:func:`~sparseloom.workload.arguments.check_builder_options`), not met as a
+    ``ZeroDivisionError`` from inside the recipe.
     """
 
     name: str
@@ -230,6 +239,8 @@ class TaskBuilder:
     defaults: Mapping[str, Any] = attrs.field(factory=dict)
     version: str = "1"
     description: str = ""
+    ranges: Mapping[str, OptionRange] = attrs.field(factory=dict)
+    check: Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 @attrs.frozen
@@ -251,6 +262,9 @@ class TaskDefinition:
             raise ConfigError(f"task {self.name!r}: give either a builder or a model file")
         if self.model is not None and self.data is None:
             raise ConfigError(f"task {self.name!r}: a model file needs a data file")
+        if self.builder is not None:
+            check_builder_options(self.builder, {**self.builder.defaults, **self.options},
+                                  f"task {self.name!r}")
 
 
 @attrs.frozen

@@ -28,6 +28,7 @@ from typing import Any
 
 from sparseloom.core.cache import cache_dir, file_hash, file_lock
 from sparseloom.core.errors import ZooError
+from sparseloom.isolation.guard import register_alternative
 
 __all__ = ["batch_one_path", "batch_params"]
 
@@ -57,7 +58,13 @@ def batch_one_path(path: str | os.PathLike[str], params: Iterable[str]) -> Path:
         return source
     stat = source.stat()
     copy = _specialised(str(source.resolve()), stat.st_mtime_ns, stat.st_size, wanted)
-    return source if copy is None else copy
+    if copy is None:
+        return source
+    # Should a backend crash on the static batch (OpenVINO 2026.4's f32 one-thread compile of a
+    # batch-1 residual MLP on an AMD EPYC Zen 4), the crash guard serves the original instead.
+    register_alternative(copy, source, "the model with a dynamic batch",
+                         f"the batch-1 copy of {source.parent.name}/{source.name}")
+    return copy
 
 
 @functools.lru_cache(maxsize=4096)

@@ -74,6 +74,7 @@ def build_zoo(
     config = options.config(task)
     key = config_hash(config)
     directory = zoo_directory(key)
+    _remove_abandoned_builds(directory.parent)
     if (directory / MANIFEST).is_file() and not rebuild:
         return load_zoo(directory)  # a damaged zoo is refused, naming `zoo build --rebuild`
     staging = directory.with_name(f"{key}.building-{os.getpid()}")
@@ -90,6 +91,25 @@ def build_zoo(
     zoo = load_zoo(directory)
     zoo.cached = False
     return zoo
+
+
+def _remove_abandoned_builds(folder: Path) -> None:
+    """Delete the staging folders (``<key>.building-<pid>``) of builds whose process is gone:
+    a build that crashed or was killed leaves one behind."""
+    for staging in folder.glob("*.building-*"):
+        pid = staging.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _build(

@@ -74,6 +74,7 @@ class SubgraphRunner:
     batch_size: int = 256
     passes: int = attrs.field(default=0, init=False)
     _loaded: dict[str, tuple[Any, Any]] = attrs.field(factory=dict, init=False, alias="_loaded")
+    _probed: set[Path] = attrs.field(factory=set, init=False, alias="_probed")
 
     def __enter__(self) -> SubgraphRunner:
         return self
@@ -87,8 +88,22 @@ class SubgraphRunner:
 
         cache_key = key or str(Path(path).resolve())
         if cache_key not in self._loaded:
+            self._probe_folder(Path(path).parent)
             self._loaded[cache_key] = load_model(str(path), evaluation_spec(self.processor))
         return self._loaded[cache_key]
+
+    def _probe_folder(self, folder: Path) -> None:
+        """Probe every model in ``folder`` (a zoo's subgraphs) in one child process before the
+        first of them loads (:mod:`sparseloom.isolation`): one child, not one per subgraph."""
+        if folder in self._probed:
+            return
+        self._probed.add(folder)
+        from sparseloom.core.processors import get_backend, get_processor
+        from sparseloom.isolation.guard import prepare
+
+        processor = get_processor(evaluation_spec(self.processor))
+        backend = get_backend(processor.backend)
+        prepare((backend, model, processor) for model in sorted(folder.glob("*.onnx")))
 
     def run(
         self, path: str | os.PathLike[str], inputs: Mapping[str, np.ndarray],

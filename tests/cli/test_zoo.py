@@ -99,7 +99,8 @@ def test_build_refuses_impossible_requests() -> None:
 
 def test_corrupted_zoo_is_a_one_line_error_until_rebuilt() -> None:
     args = ("tiny", "-S", "2", "--variants", "dense,fp16")
-    built = invoke("zoo", "build", *args, "--json")
+    # --rebuild: a run stopped after the corruption below must not fail the next one.
+    built = invoke("zoo", "build", *args, "--rebuild", "--json")
     assert built.exit_code == 0, built.output
     directory = Path(json.loads(built.stdout)[0]["directory"])
     target = directory / "p1" / "v1-fp16.onnx"

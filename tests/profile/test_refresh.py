@@ -180,3 +180,42 @@ def test_no_cached_profile_says_how_to_make_one(tiny: Any, tmp_path: Path) -> No
         refresh_profile(tiny, options=OPTIONS, cache_root=tmp_path / "empty")
     with pytest.raises(ProfileError, match="no cached profile of workload 'tiny'"):
         find_cached_table("tiny", resolve_processors(None, tiny), OPTIONS, tmp_path)
+
+
+def test_refresh_waits_for_another_profile_and_records_the_load_it_timed_under(
+        tiny: Any, cached: ProfileTable, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from sparseloom.profile import timing_guard
+    from sparseloom.profile.timing_guard import profile_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def other_profile() -> None:  # a build of tiny, holding its profile lock for a second
+        with profile_lock(tmp_path / "tiny", "tiny"):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=other_profile)
+    holder.start()
+    assert held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    monkeypatch.setattr(timing_guard, "FOREIGN_CORES_LIMIT", -1.0)  # every timing is "busy"
+    capsys.readouterr()
+    started = time.perf_counter()
+    _, record = refresh(tiny, tmp_path, {"ov:CPU": BASE_MS, "ort:CPU": BASE_MS},
+                        threshold=0.25)
+    holder.join(10)
+    assert time.perf_counter() - started > 0.5  # it waited for the other profile
+    err = capsys.readouterr().err.splitlines()
+    waiting = [line for line in err if line.startswith("waiting")]
+    assert len(waiting) == 1 and "waiting for another profile of tiny (pid " in waiting[0], err
+    warnings = [line for line in err if line.startswith("Warning:")]
+    assert len(warnings) == 1 and "task 'tiny'" in warnings[0], warnings
+    assert "sparseloom profile tiny --no-cache" in warnings[0]
+    load = record["timing_load"]["tiny"]
+    assert load["busy"] is True and load["executor"] == "local" and load["seconds"] > 0
+    saved = ProfileTable.load(cached.meta["table_directory"])
+    assert saved.meta["refresh"][-1]["timing_load"] == {"tiny": load}
+    assert record["load_average"] is None or record["load_average"] >= 0

@@ -153,7 +153,11 @@ def test_feedback_reaches_the_policy_and_its_answer_is_applied(tiny: tuple[Any, 
     assert [(e.reason, e.from_route, e.to_route) for e in runtime.switches] == [
         ("feedback", f"tiny[0,0] @ {'>'.join(order)}", f"tiny[1,1] @ {'>'.join(order)}")]
     assert runtime.switches[0].loads == 2
-    assert runtime.plan is then and all(f.plan is then for f in policy.seen[1:])
+    # The plan in force is that answer, its optional fields completed from the profile.
+    applied = runtime.plan
+    assert (applied.order, applied.variants) == (then.order, then.variants)
+    assert applied.slos == tight and applied.estimated_latency_ms["tiny"] > 0
+    assert all(f.plan is applied for f in policy.seen[1:])
     served = [r.route.variant.choices for r in sorted(runtime.finished,
                                                         key=lambda r: r.request_id)]
     switched_at = served.index((1, 1))

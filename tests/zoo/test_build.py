@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -92,6 +93,26 @@ def test_zoo_is_cached_by_config() -> None:
     assert load_zoo(first.directory).hash == first.hash
 
 
+def test_a_crashed_builds_staging_folder_is_removed_by_the_next_build() -> None:
+    import subprocess
+    import sys
+
+    first = tiny_zoo(2)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    abandoned = first.directory.with_name(f"{first.hash}.building-{gone.stdout.strip()}")
+    ours = first.directory.with_name(f"other.building-{os.getppid()}")
+    for folder in (abandoned, ours):
+        (folder / "p0").mkdir(parents=True)
+    try:
+        build_zoo(tiny_task(), ZooOptions(subgraphs=2), progress=False)
+        assert not abandoned.exists()  # its process is gone
+        assert ours.exists()  # a running process's build is left alone
+    finally:
+        for folder in (abandoned, ours):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_unbuilt_zoo_is_reported() -> None:
     with pytest.raises(ZooNotBuiltError, match="no zoo of task 'tiny' with S=2 is built yet"):
         load_zoo(tiny_task(), ZooOptions(subgraphs=2,
@@ -134,7 +155,7 @@ def test_missing_file_and_manifest_are_refused(zoo_copy: Path) -> None:
         (["dense", "structured-0"], r"out of range"),
         (["dense", "int8-0.5"], r"compressor 'int8' has no levels"),
         (["fp16", "dense"], r"first variant \(id 0\) must be 'dense'"),
-        (["dense", "fp16", "fp16"], r"listed twice"),
+        (["dense", "fp16", "fp16"], r"names 'fp16' more than once"),
     ],
 )
 def test_bad_variant_lists_are_config_errors(variants: list[str], message: str) -> None:

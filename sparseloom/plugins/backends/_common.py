@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -33,6 +34,30 @@ FALLBACK_CHOICES = ("error", "warn")
 #: pinning, precision): how a user runs a model without sparseloom (``bench serve``'s stock
 #: contenders). Its value is ``true`` or ``false``.
 STOCK_OPTION = "stock"
+
+
+def recorded_devices(path: Path) -> tuple[str, ...] | None:
+    """The devices (or providers) recorded at ``path`` when a model was first compiled, by this
+    process or a probe process; ``None`` when nothing readable is recorded there."""
+    import json
+
+    try:
+        devices = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        return None
+    return tuple(devices)
+
+
+def record_devices(path: Path, devices: tuple[str, ...]) -> None:
+    """Record at ``path`` the devices that ran a freshly compiled model (atomically: a reader
+    never sees half a record)."""
+    import json
+
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(json.dumps(list(devices)))
+    os.replace(temporary, path)
 
 
 def stock_defaults(processor: Processor) -> bool:

@@ -31,6 +31,8 @@ from sparseloom.plugins.backends._common import (
     example_inputs,
     handle_fallback,
     notify_and_raise,
+    record_devices,
+    recorded_devices,
     stock_defaults,
 )
 
@@ -87,6 +89,16 @@ def _artefact_sound(artefact: Path) -> bool:
         return True
     cache_notice(f"the cached ONNX Runtime model {artefact} is damaged; optimizing it again")
     return False
+
+
+def _providers_path(artefact: Path) -> Path:
+    return artefact.with_name(artefact.name + ".providers.json")
+
+
+def _cached_providers(artefact: Path, wanted: str) -> tuple[str, ...]:
+    """The providers that ran the model when ``artefact`` was built (``(wanted,)`` when that
+    was not recorded: the load checks it anyway)."""
+    return recorded_devices(_providers_path(artefact)) or (wanted,)
 
 
 def _store_artefact(built: Path, artefact: Path) -> None:
@@ -229,6 +241,33 @@ class OnnxRuntimeBackend(WorkerBackend):
         options.setdefault("session.force_spinning_stop", "1")
         return attrs.evolve(processor, threads=processor.threads + len(cores), options=options)
 
+    def runtime_version(self) -> str:
+        """``ONNX Runtime <version>``: what the crash guard keys its probe outcomes by."""
+        import onnxruntime as ort
+
+        return f"ONNX Runtime {ort.__version__}"
+
+    def effective_settings(self, processor: Processor) -> dict[str, Any]:
+        """The session settings for ``processor`` that the crash guard's messages name."""
+        settings: dict[str, Any] = {} if stock_defaults(processor) else {
+            "intra_op_num_threads": processor.threads}
+        settings["graph_optimization_level"] = processor.options.get(
+            "graph_optimization_level", "all")
+        return settings | {k: v for k, v in processor.options.items()
+                           if k != "graph_optimization_level"}
+
+    def safer_processors(self, processor: Processor) -> list[tuple[Processor, str]]:
+        """``processor`` at each graph optimization level below its own, highest first: what
+        the crash guard tries when a model crashes ONNX Runtime (a float16 transformer encoder
+        crashes ``all`` in ORT 1.32 on an AMD EPYC Zen 4 and loads at ``extended``)."""
+        import attrs
+
+        level = processor.options.get("graph_optimization_level", "all")
+        lower = _LEVELS[:_LEVELS.index(level)] if level in _LEVELS else ()
+        return [(attrs.evolve(processor, options={**processor.options,
+                                                  "graph_optimization_level": below}),
+                 f"graph_optimization_level={below}") for below in reversed(lower)]
+
     # -- compile / load --------------------------------------------------------------------
 
     def compile(self, model: onnx.ModelProto | str | os.PathLike[str],
@@ -285,6 +324,13 @@ class OnnxRuntimeBackend(WorkerBackend):
             finally:
                 if built is not None:
                     built.unlink(missing_ok=True)
+            if built is not None:
+                record_devices(_providers_path(artefact), used)
+        elif PROVIDERS[kind] not in _cached_providers(artefact, PROVIDERS[kind]):
+            # Compiled before (by this process or a probe process): the fallback it saw then is
+            # reported again now, as a fresh compile would.
+            handle_fallback(processor, "CPU", _cached_providers(artefact, PROVIDERS[kind]),
+                            operation="compile")
         return CompiledModel("ort", processor.name, source, artefact, key)
 
     def _session(self, path: Path, processor: Processor, engine_dir: Path | None) -> Any:

@@ -31,6 +31,8 @@ from sparseloom.plugins.backends._common import (
     example_inputs,
     handle_fallback,
     notify_and_raise,
+    record_devices,
+    recorded_devices,
     resolve_model,
     stock_defaults,
 )
@@ -103,6 +105,17 @@ class OpenVinoBackend(WorkerBackend):
             return f"listed by OpenVINO but cannot compile a one-node model: {error}"
         return ""
 
+    def runtime_version(self) -> str:
+        """``OpenVINO <version>``: what the crash guard keys its probe outcomes by."""
+        import openvino as ov
+
+        return f"OpenVINO {ov.__version__.split('-')[0]}"
+
+    def effective_settings(self, processor: Processor) -> dict[str, Any]:
+        """The properties ``compile_model`` gets for ``processor`` (its cache folder aside):
+        what the crash guard's messages name."""
+        return {k: v for k, v in self._config(processor).items() if k != "CACHE_DIR"}
+
     # -- compile / load --------------------------------------------------------------------
 
     def _config(self, processor: Processor) -> dict[str, Any]:
@@ -138,15 +151,32 @@ class OpenVinoBackend(WorkerBackend):
     def compile(self, model: onnx.ModelProto | str | os.PathLike[str],
                 processor: Processor) -> CompiledModel:
         """Compile ``model`` for the device once; OpenVINO caches the blob in ``CACHE_DIR``
-        (``<cache>/ov``), so loading it again imports the blob instead of recompiling."""
+        (``<cache>/ov``), so loading it again imports the blob instead of recompiling.
+
+        The devices that ran the first compile are recorded beside the blob
+        (``<cache>/ov/<key>.devices.json``): a later compile of the same model, configuration
+        and OpenVINO version (by this process or after a probe process compiled it) reads them
+        instead of compiling again, and reports a fallback they show as a fresh compile would.
+        """
+        import openvino as ov
+
         from sparseloom.core.cache import cache_dir, config_hash
 
         source = self._source(model, processor)
         key = config_hash({"digest": source.digest, "device": processor.device,
                            "config": {k: str(v) for k, v in self._config(processor).items()}})
-        handle = _worker.run_on(processor, self._compile_model, str(source.path), processor)
-        self._check_devices(processor, handle, "compile")  # a fallback is refused this early
-        del handle
+        version = config_hash({"key": key, "openvino": ov.__version__})
+        record = cache_dir() / "ov" / f"{version}.devices.json"
+        executed = recorded_devices(record)
+        if executed is None:
+            handle = _worker.run_on(processor, self._compile_model, str(source.path), processor)
+            executed = self._executed(processor, handle)
+            del handle
+            self._judge_devices(processor, executed, "compile")  # a fallback is refused early
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record_devices(record, executed)
+        else:
+            self._judge_devices(processor, executed, "compile")
         return CompiledModel("ov", processor.name, source, cache_dir() / "ov", key)
 
     def load(self, compiled: CompiledModel, processor: Processor) -> LoadedModel:
@@ -202,19 +232,31 @@ class OpenVinoBackend(WorkerBackend):
         joined = tuple(dict.fromkeys((*processor.cores, *cores)))
         return attrs.evolve(processor, threads=processor.threads + len(cores), cores=joined)
 
-    def _check_devices(self, processor: Processor, handle: Any, operation: str
-                       ) -> tuple[tuple[str, ...], Processor]:
-        """What ``EXECUTION_DEVICES`` says runs ``handle``, and the processor to report: the
-        requested one, or after a tolerated fallback the device that really runs it."""
+    @staticmethod
+    def _executed(processor: Processor, handle: Any) -> tuple[str, ...]:
+        """What ``EXECUTION_DEVICES`` says runs ``handle`` (the requested device if unsaid)."""
         try:
-            executed = tuple(str(d) for d in handle.get_property("EXECUTION_DEVICES"))
+            return tuple(str(d) for d in handle.get_property("EXECUTION_DEVICES"))
         except Exception:
-            executed = (processor.device,)
+            return (processor.device,)
+
+    @staticmethod
+    def _judge_devices(processor: Processor, executed: tuple[str, ...], operation: str
+                       ) -> Processor:
+        """The processor to report for a model run by ``executed``: the requested one, or
+        after a tolerated fallback the device that really runs it."""
         wanted = _base_device(processor.device)
         if processor.device == "AUTO" or any(_base_device(d) == wanted for d in executed):
-            return executed, processor
+            return processor
         actual_device = executed[0] if executed else "?"
-        return executed, handle_fallback(processor, actual_device, executed, operation)
+        return handle_fallback(processor, actual_device, executed, operation)
+
+    def _check_devices(self, processor: Processor, handle: Any, operation: str
+                       ) -> tuple[tuple[str, ...], Processor]:
+        """What ``EXECUTION_DEVICES`` says runs ``handle``, and the processor to report
+        (:meth:`_judge_devices`)."""
+        executed = self._executed(processor, handle)
+        return executed, self._judge_devices(processor, executed, operation)
 
     # -- operator support ------------------------------------------------------------------
 

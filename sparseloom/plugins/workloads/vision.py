@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparseloom.plugins.workloads._ranges import EVAL_ROWS, TRAINING, WIDTH
+from sparseloom.workload.arguments import OptionRange
 from sparseloom.workload.task import TaskBuilder
 
 #: Where Debian's ``dataset-fashion-mnist`` package installs the IDX files.
@@ -104,10 +106,30 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     }
 
 
+def _stages_problem(config: Mapping[str, Any]) -> str | None:
+    stages = config["stages"]
+    if not stages or not all(isinstance(s, list | tuple) and len(s) == 2
+                             and all(type(v) is int for v in s) for s in stages):
+        return (f"option stages = {stages!r} must be a non-empty list of [channels, stride] "
+                f"pairs, e.g. [[24, 2], [48, 2]]")
+    return None
+
+
 BUILDER = TaskBuilder(
     name="vision",
     build=build,
     defaults=DEFAULTS,
     version="1",
     description="Fashion-MNIST image classification with a small ResNet",
+    ranges={
+        **TRAINING,
+        "train_samples": OptionRange(1, 60_000, why="Fashion-MNIST has 60,000 training images"),
+        "eval_samples": OptionRange(EVAL_ROWS.low, 10_000,
+                                    why="Fashion-MNIST has 10,000 test images"),
+        "calibration_samples": OptionRange(TRAINING["calibration_samples"].low, 60_000,
+                                           why="taken from the training images"),
+        "stem_channels": WIDTH,
+        "stages": OptionRange(1, 1024, why="each stage is [channels, stride]"),
+    },
+    check=_stages_problem,
 )
