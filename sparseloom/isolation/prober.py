@@ -100,6 +100,12 @@ class ProbeProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env)
         return self._child
 
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (``None`` when none runs)."""
+        child = self._child
+        return child.pid if child is not None and child.poll() is None else None
+
     def _stderr_tail(self) -> str:
         if self._log is None:
             return ""
@@ -201,6 +207,10 @@ class ProbePool:
         while len(self._processes) < count:
             self._processes.append(ProbeProcess())
         return self._processes[:count]
+
+    def pids(self) -> list[int]:
+        """The process ids of the running children."""
+        return [process.pid for process in self._processes if process.pid is not None]
 
     def close(self) -> None:
         """Close every child."""

@@ -44,42 +44,39 @@ def _busy_seconds() -> float:
 
 
 def _own_seconds() -> float:
-    """CPU seconds of this process and its children: those it has waited for (``os.times``)
-    and those still running (the crash guard's probe processes, :mod:`sparseloom.isolation`),
-    which work for it, not against it."""
     times = os.times()
-    return (times.user + times.system + times.children_user + times.children_system
-            + _live_children_seconds())
+    return times.user + times.system
 
 
-def _live_children_seconds() -> float:
-    """CPU seconds of this process's running children (``/proc/<pid>/stat``; 0 off Linux)."""
-    me, total = os.getpid(), 0
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return 0.0
-    for entry in entries:
+def _probe_seconds() -> dict[int, float]:
+    """CPU seconds of each running probe process of the crash guard
+    (:mod:`sparseloom.isolation`), by process id (``/proc/<pid>/stat``; empty off Linux)."""
+    from sparseloom.isolation.prober import PROBERS
+
+    found = {}
+    for pid in PROBERS.pids():
         try:
-            with open(f"/proc/{entry}/stat") as handle:
+            with open(f"/proc/{pid}/stat") as handle:
                 fields = handle.read().rpartition(")")[2].split()
         except OSError:
-            continue  # it ended meanwhile (then os.times counts it once it is waited for)
+            continue  # it ended meanwhile
         # After the name: state, ppid, ..., utime (14th field overall), stime (15th).
-        if len(fields) > 12 and fields[1] == str(me):
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        if len(fields) > 12:
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
 
 
 @attrs.define
 class ForeignLoad:
     """Cores other processes kept busy while a run served: the machine's busy CPU time
-    (``/proc/stat``) minus this process's own and its children's, over the run's wall time.
+    (``/proc/stat``) minus this process's own and its probe processes', over the wall time.
     A benchmark's own runs load the machine (the 1-minute load average after a few runs is the
-    benchmark's), so this is what says whether anything else competed with it."""
+    benchmark's), so this is what says whether anything else competed with it. (A probe
+    process that ends meanwhile, after a crash, counts as other for its last moments.)"""
 
     _busy: float = attrs.field(factory=_busy_seconds)
     _own: float = attrs.field(factory=_own_seconds)
+    _probes: dict[int, float] = attrs.field(factory=_probe_seconds)
     _wall: float = attrs.field(factory=time.perf_counter)
 
     def cores(self) -> float:
@@ -87,4 +84,6 @@ class ForeignLoad:
         wall = time.perf_counter() - self._wall
         if wall <= 0:
             return math.nan
-        return max((_busy_seconds() - self._busy) - (_own_seconds() - self._own), 0.0) / wall
+        probes = sum(now - self._probes.get(pid, 0.0) for pid, now in _probe_seconds().items())
+        own = _own_seconds() - self._own + probes
+        return max((_busy_seconds() - self._busy) - own, 0.0) / wall

@@ -176,3 +176,14 @@ def test_onnx_runtime_serves_the_float16_encoder_on_every_cpu(tmp_path: Path,
     out = backend.infer(loaded, {"tokens": tokens})["hidden"]
     np.testing.assert_allclose(out, _plain_ort(f32, {"tokens": tokens})[0], atol=0.05)
     backend.unload(loaded)
+
+
+def test_probe_processes_are_not_foreign_load(tmp_path: Path, own_cache: Path) -> None:
+    from sparseloom.profile.machine_load import ForeignLoad
+
+    paths = [_save(linear_model(seed=i), tmp_path / f"m{i}.onnx") for i in range(6)]
+    backend, processor = get_backend("ort"), get_processor("ort:CPU")
+    watch = ForeignLoad()
+    prepare((backend, path, processor) for path in paths)
+    wait_for_probes()  # a child started, imported both runtimes and probed six models
+    assert watch.cores() < 0.5
