@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import pickle
 import sys
@@ -39,6 +40,8 @@ from sparseloom.isolation.prober import (
     env_number,
     signal_name,
 )
+
+log = logging.getLogger("sparseloom.isolation")
 
 #: ``SPARSELOOM_ISOLATION=off`` loads every combination in the calling process, unprobed.
 ISOLATION_ENV = "SPARSELOOM_ISOLATION"
@@ -177,15 +180,13 @@ def _record(key: str, outcome: ProbeOutcome) -> None:
     os.replace(temporary, path)
 
 
-def run_probes(items: Sequence[ProbeItem], *, progress: bool = True
-               ) -> dict[str, ProbeOutcome]:
+def run_probes(items: Sequence[ProbeItem]) -> dict[str, ProbeOutcome]:
     """The outcome of every item, probing those not yet recorded (:func:`start_probes`) and
     waiting for them."""
-    return {key: future.result() for key, future in start_probes(items, progress=progress).items()}
+    return {key: future.result() for key, future in start_probes(items).items()}
 
 
-def start_probes(items: Sequence[ProbeItem], *, progress: bool = True
-                 ) -> dict[str, Future[ProbeOutcome]]:
+def start_probes(items: Sequence[ProbeItem]) -> dict[str, Future[ProbeOutcome]]:
     """The outcome of every item, as a future: done at once when recorded in the cache,
     otherwise resolved by the probe processes as each item finishes, so that a caller can load
     the first models while the probes of the next still run.
@@ -216,7 +217,7 @@ def start_probes(items: Sequence[ProbeItem], *, progress: bool = True
                 pending.append(item)
             futures[item.key] = future
     if pending:
-        threading.Thread(target=_probe_pending, args=(pending, size, timeout_s, progress),
+        threading.Thread(target=_probe_pending, args=(pending, size, timeout_s),
                          name="sparseloom-probes", daemon=True).start()
     return futures
 
@@ -252,17 +253,16 @@ def _resolve(key: str, outcome: ProbeOutcome | None, error: BaseException | None
     future.set_result(outcome)
 
 
-def _probe_pending(pending: list[ProbeItem], size: int, timeout_s: float,
-                   progress: bool) -> None:
+def _probe_pending(pending: list[ProbeItem], size: int, timeout_s: float) -> None:
     """Probe ``pending`` in up to ``size`` probe processes side by side (the background
     thread of :func:`start_probes`); whatever fails, every item's future ends resolved."""
     try:
         with PROBERS.lock:
             processes = PROBERS.share(min(size, len(pending)))
-            if progress:
-                print(f"sparseloom: probing {len(pending)} new backend combination(s) in "
-                      f"{len(processes)} child process(es) (a native crash there cannot stop "
-                      "this one; outcomes are cached)", file=sys.stderr, flush=True)
+            # A log line, not a print: a command's output stays its own (one error line, JSON).
+            log.info("probing %d new backend combination(s) in %d child process(es) (a native "
+                     "crash there cannot stop this one; outcomes are cached)", len(pending),
+                     len(processes))
             shares = [pending[index::len(processes)] for index in range(len(processes))]
             with ThreadPoolExecutor(len(processes), "sparseloom-probe") as pool:
                 for done in [pool.submit(_probe_share, process, share, timeout_s)
