@@ -303,7 +303,7 @@ def _goals(overall: dict[str, Any]) -> dict[str, Any]:
                          and baseline is not None and latency_mape < baseline},
         "profiling_reduction_v10": {"paper": PAPER_GOALS["profiling_reduction"],
                                     "ours": reduction},
-        # Past the paper (issue 16): on every task, not only on average.
+        # Past the paper: on every task, not only on average.
         "top_10_recall_every_task": _at_least(overall["accuracy"].get("worst_top_10"),
                                               STRICT_GOALS["top_10_recall_every_task"]),
         "latency_mape_overall": _at_most(latency_mape, STRICT_GOALS["latency_mape_overall"]),

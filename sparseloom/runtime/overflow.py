@@ -23,8 +23,8 @@ lock) runs on the threads that change its terms — when a request is queued fir
 behind a running call, when the worker starts a call with requests waiting, and when it starts
 a job (a load or a switch, expected to hold it :data:`~sparseloom.runtime.worker.JOB_S`) — and
 the thread is notified only when it passes. It keeps no timer: a request that turns late only
-because the running call overruns its expected time waits for that call. (Session 12's thread
-woke for every request queued behind a call and slept until each would turn late; a variant
+because the running call overruns its expected time waits for that call. (An earlier thread woke
+for every request queued behind a call and slept until each would turn late; a variant
 that woke so but never served cost the Poisson capacity search 19 % at k = 5,
 docs/results.md.) Under the
 paper's closed loop (latency unconstrained) it never runs; under tight SLOs it is what keeps a
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 #: A request is late when the worker's running call would end less than this many of its own
 #: calls (the worker's smoothed time of that model) before its deadline. Its call on a lent,
 #: time-sliced core takes longer than on the worker's own, with a long tail (p50 1.7×, p90
-#: 5× in one traced run on the AMX Xeon of session 12). ``benchmarks/loaded_ab.py --option
+#: 5× in one traced run on the AMX Xeon). ``benchmarks/loaded_ab.py --option
 #: overflow --scenario grid --rounds 2``: at k = 5, 1.5 left a level-run median violation of
 #: 0.50 [0.25–1.00], 3 gave 0.25 [0.25–0.75] (0.75 [0.75–1.00] without overflow).
 LATE_MARGIN = 3.0

@@ -7,7 +7,7 @@ for any batch: OpenVINO then keeps its shape sub-graphs (``Shape → Gather → 
 Reshape``) and dynamic-shape kernels at run time. Fixing the batch to 1 (ONNX Runtime's own
 :func:`onnxruntime.tools.onnx_model_utils.make_dim_param_fixed`) lets it fold them when it
 compiles. Measured on ``mix``'s ``review`` (the whole merged models, hot, one thread, p25 of
-300 calls, three interleaved rounds; Intel Xeon with AMX; docs/results.md, session 16): bf16
+300 calls, three interleaved rounds; Intel Xeon with AMX; docs/results.md): bf16
 OpenVINO 1.87 → 1.36 ms for the int8 pick, 1.65 → 1.37 ms for the dense model; ONNX Runtime
 1.76–1.85 → 1.70–1.78 ms (int8), 3.52–3.71 → 3.47–3.61 ms (dense).
 
