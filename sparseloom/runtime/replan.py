@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -24,8 +24,25 @@ from sparseloom.core.types import SLO, Plan, Processor
 from sparseloom.plan.contract import checked_plan, completed_plan
 from sparseloom.profile.table import ProfileTable
 
-if TYPE_CHECKING:
-    from sparseloom.runtime.executor import Runtime
+
+class Replannable(Protocol):
+    """What :func:`checked_feedback` needs of a runtime (:class:`~sparseloom.runtime.
+    executor.Runtime` is one), named here so that this module does not import the runtime."""
+
+    @property
+    def planner(self) -> Any: ...
+
+    @property
+    def profile(self) -> Any: ...
+
+    @property
+    def plan(self) -> Any: ...
+
+    @property
+    def policy(self) -> Any: ...
+
+    @property
+    def slos(self) -> Mapping[str, SLO]: ...
 
 
 @attrs.define(eq=False)
@@ -74,7 +91,7 @@ class Replanner:
                               decision_seconds)
 
 
-def checked_feedback(runtime: Runtime, returned: Any, active: Sequence[str]) -> Plan:
+def checked_feedback(runtime: Replannable, returned: Any, active: Sequence[str]) -> Plan:
     """``returned`` (the policy's ``on_feedback`` plan for the ``active`` tasks) checked and
     completed by the runtime's :class:`Replanner`; a runtime planned some other way checks it
     against its profile, naming the policy by the plan in force.

@@ -10,14 +10,38 @@ goes on without waiting).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from sparseloom.core.errors import RuntimeServeError
 
 if TYPE_CHECKING:
-    from sparseloom.runtime.executor import Runtime
+    from collections.abc import Mapping
+
+
+class _Waits(Protocol):
+    def wait_idle(self, timeout_s: float) -> Any: ...
+
+
+class Closable(Protocol):
+    """What :class:`Closing` needs of a runtime (:class:`~sparseloom.runtime.executor.
+    Runtime` is one), named here so that this module does not import the runtime."""
+
+    @property
+    def tasks(self) -> Mapping[str, Any]: ...
+
+    @property
+    def states(self) -> Mapping[str, Any]: ...
+
+    @property
+    def control(self) -> _Waits: ...
+
+    def close_task(self, name: str, reason: str, *, fail_held: Any = ...) -> Any: ...
+
+    def drain(self, timeout_s: float) -> int: ...
+
+    def stop(self) -> Any: ...
 
 _LOCAL = threading.local()
 
@@ -50,7 +74,7 @@ class Closing:
     The thread marks itself as serving, so a done-callback run by the drain cannot wait for
     it."""
 
-    runtime: Runtime
+    runtime: Closable
     timeout_s: float
     failed: int = 0
     error: BaseException | None = None
