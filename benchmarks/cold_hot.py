@@ -11,7 +11,7 @@ both ways, and prints per task and processor the median over subgraphs of
 * ``cold ÷ hot``: how much a cold call costs over a hot one.
 
 Where ``cold ÷ hot`` differs between processors, the profile ranks them otherwise than a busy
-worker finds them (docs/results.md, session 15):
+worker finds them (docs/results.md, *Cold and hot stage times*):
 
     .venv/bin/python benchmarks/cold_hot.py benchmarks/workloads/mix.toml \\
         -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU

@@ -1,11 +1,11 @@
 """``sparseloom-loaded`` with and without one of its options, side by side, interleaved.
 
-Figures behind docs/results.md and docs/plan.md. Per round it prints each policy's figure,
+Figures behind docs/runtime.md and docs/plan.md. Per round it prints each policy's figure,
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
-(``lend_idle``: idle lending, session 8; ``merge_chains``: merged chains, session 11;
-``overflow``: overflow threads, session 12; ``lend_when_quiet``: lending at tight SLOs,
-session 13; ``lanes``: a thread per task over every core at tight SLOs, session 14), on the
-closed scenario or the grid, on the default processors or those given with ``-p``:
+(``lend_idle``: idle lending; ``merge_chains``: merged chains; ``overflow``: overflow threads;
+``lend_when_quiet``: lending at tight SLOs; ``lanes``: a thread per task over every core at
+tight SLOs), on the closed scenario or the grid, on the default processors or those given
+with ``-p``:
 
     .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
     .venv/bin/python benchmarks/loaded_ab.py --off merge_chains --rounds 5 \
@@ -17,7 +17,7 @@ closed scenario or the grid, on the default processors or those given with ``-p`
 
 Run it on a quiet machine (1-minute load <= 0.5). The other policy is ``sparseloom-loaded`` with
 that option flipped from its default, registered here as ``sparseloom-loaded-no-<option>`` (an
-option on by default, as every one is since session 13) or ``sparseloom-loaded-with-<option>``
+option on by default, as every one is) or ``sparseloom-loaded-with-<option>``
 (one off by default).
 """
 

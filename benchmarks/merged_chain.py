@@ -1,8 +1,8 @@
 """A stitched variant run as its chain of subgraphs against the same variant merged into one
 model, and the task's dense model, on one processor, in interleaved rounds.
 
-The figure behind docs/results.md's merged-chain ceiling (session 10): what a route of one stage
-would save when a task's whole chain stays on one processor.
+The figure behind docs/results.md, *Merged chain per call*: what a route of one stage would save
+when a task's whole chain stays on one processor.
 
     .venv/bin/python benchmarks/merged_chain.py --task sentiment --choices 5,0 \\
         --processor 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' --rounds 5

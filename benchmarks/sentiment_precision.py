@@ -1,7 +1,7 @@
 """The dense sentiment model of ``default`` on one and two threads: OpenVINO f32 and bf16 against
 ONNX Runtime f32, in interleaved rounds, with its accuracy on the whole eval set per precision.
 
-The figures behind docs/results.md's "What would lift the ceiling" (closed scenario):
+The figures behind docs/results.md, *Kernel times: sentiment in f32 and bf16*:
 
     .venv/bin/python benchmarks/sentiment_precision.py --rounds 5
 

@@ -6,8 +6,8 @@ arrivals at ``--rate`` requests/s per task — the same serving path as ``sparse
 sampling the process's RSS every ``--sample-s`` seconds. It prints the RSS once warm (after
 ``--warmup`` of the requests ended: the rings of recent outcomes, the scored outputs and the
 kept requests fill up by then), at the end, their growth, and the invariant
-``submitted = completed + failed`` (plus the requests refused at a full queue). The issue's
-goal: on ``default``, 100,000 requests grow RSS by < 5% after warm-up and lose nothing.
+``submitted = completed + failed`` (plus the requests refused at a full queue). The goal: on
+``default``, 100,000 requests grow RSS by < 5% after warm-up and lose nothing.
 
     .venv/bin/python benchmarks/soak_server.py                          # default, 100,000
     .venv/bin/python benchmarks/soak_server.py --workload tiny --requests 20000 --rate 400

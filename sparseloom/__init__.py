@@ -20,8 +20,6 @@ The Python API (see ``docs/api.md``), in the order data flows:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from sparseloom.api import (
     build_profile,
     build_zoos,
@@ -32,6 +30,14 @@ from sparseloom.api import (
     serve,
 )
 from sparseloom.core.errors import Overloaded, RequestFailed
+from sparseloom.core.processors import set_backend_wrapper
+from sparseloom.core.version import __version__
+from sparseloom.isolation.guard import guard
+
+# Every backend the package hands out is behind the crash guard. It is installed here, where
+# the package is first imported (before any of its modules runs), so that core/ does not
+# import the isolation layer built on top of it.
+set_backend_wrapper(guard)
 
 __all__ = [
     "Overloaded",

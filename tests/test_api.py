@@ -1,4 +1,4 @@
-"""The Python API is as strict as the command line (issue #24, 6).
+"""The Python API is as strict as the command line.
 
 Every public function and record refuses a wrong argument with one
 :class:`~sparseloom.core.errors.ArgumentError` naming the function (or record) and the
@@ -61,6 +61,8 @@ CASES: list[tuple[Callable[[], Any], list[str]]] = [
     (lambda: RuntimeOptions(fault_rate=-1), ["RuntimeOptions", "fault_rate", "[0, 1]"]),
     (lambda: RuntimeOptions(window=0), ["RuntimeOptions", "window", ">= 1"]),
     (lambda: RuntimeOptions(fault_processors="ort:CPU"), ["fault_processors", "['ort:CPU']"]),
+    (lambda: RuntimeOptions(feedback="no"), ["RuntimeOptions", "feedback", "True or False"]),
+    (lambda: RuntimeOptions(freeze_heap=0), ["RuntimeOptions", "freeze_heap", "0 (int)"]),
     (lambda: RunConfig(slos={"t": 0.5}), ["RunConfig", "slos['t']", "(0.85, 40)"]),
     (lambda: RunConfig(processors="ort:CPU"), ["RunConfig", "processors", "['ort:CPU']"]),
     (lambda: RunConfig(load="fast"), ["RunConfig", "load", "LoadSpec"]),

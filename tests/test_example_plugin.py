@@ -1,4 +1,4 @@
-"""The example plugin, pip-installed from a wheel, in every role through the CLI (issue #13).
+"""The example plugin, pip-installed from a wheel, in every role through the CLI.
 
 The wheel is built offline from ``examples/sparseloom-example-plugin`` and installed with pip
 into a temporary target folder, which is put on ``PYTHONPATH`` of ``sparseloom`` subprocesses

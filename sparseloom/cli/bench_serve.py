@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from sparseloom.cli.parsing import LATENCY_MULTIPLIER, ROUNDS, distinct_processors
+from sparseloom.cli.parsing import LATENCY_MULTIPLIER, ROUNDS
+from sparseloom.cli.placement_options import processors_option
 
 SCENARIO_CHOICES = ("closed", "capacity", "grid")
 
@@ -34,11 +35,9 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
               help="Latency SLO multiplier k of the capacity and grid scenarios (repeat): the "
                    "latency SLO is k × the isolated dense latency [default 2, 5, 10; --quick "
                    "5]. Baselines join the capacity search at k = 5 only.")
-@click.option("--processor", "-p", "processors", multiple=True,
-              callback=distinct_processors,
-              help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
-                   "-p`; default the workload's, else the default set. The matched stock "
-                   "runtimes follow its cores and precision.")
+@processors_option("A processor spec to profile and serve on (repeat), as `sparseloom "
+                   "profile -p`; default the workload's, else the default set. The matched "
+                   "stock runtimes follow its cores and precision.")
 @click.option("--quick", is_flag=True,
               help="Fewer rounds, 100-request capacity probes, 3 bisection steps, k = 5 only: "
                    "minutes instead of half an hour; every run still VALID.")

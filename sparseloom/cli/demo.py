@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from sparseloom.cli.output import echo_table, ensure_output_dir
-from sparseloom.cli.parsing import SAMPLES, SUBGRAPHS, distinct_processors
+from sparseloom.cli.parsing import SAMPLES, SUBGRAPHS
+from sparseloom.cli.placement_options import processors_option
 
 
 class _Steps:
@@ -52,11 +53,9 @@ class _Steps:
               help="Folder for the Pareto figures, CSVs and the validation report.")
 @click.option("--sample", type=SAMPLES.at_least(0), default=200, show_default=True,
               help="Stitched variants measured per task for the Pareto figures.")
-@click.option("--processor", "-p", "processors", multiple=True,
-              callback=distinct_processors,
-              help="A processor spec to profile and serve on (repeat), as `sparseloom profile "
-                   "-p`; default the workload's, else the default set, with OpenVINO in the "
-                   "precision it picks for this CPU (bf16 where the CPU computes bf16).")
+@processors_option("A processor spec to profile and serve on (repeat), as `sparseloom "
+                   "profile -p`; default the workload's, else the default set, with OpenVINO "
+                   "in the precision it picks for this CPU (bf16 where the CPU computes bf16).")
 @click.pass_context
 def demo_command(
     ctx: click.Context, workload: str, subgraphs: int | None, out_dir: Path, sample: int,
@@ -143,7 +142,7 @@ def demo_command(
                 f"is the served variant's, not a sample's)", "run")
     ctx.invoke(run_command, workload=workload, policy=DEMO_POLICY, queries=queries,
                processors=processors,
-               slos=tuple(f"{t}={s.accuracy!r},{s.latency_ms!r}" for t, s in slos.items()))
+               slo_specs=tuple(f"{t}={s.accuracy!r},{s.latency_ms!r}" for t, s in slos.items()))
     steps.begin("sparseloom against the stock runtimes, side by side (`sparseloom bench serve "
                 f"{workload} --quick`; the full benchmark is without --quick)", "bench")
     ctx.invoke(serve_command, workload=workload, quick=True, contenders=DEMO_CONTENDERS,

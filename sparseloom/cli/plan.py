@@ -9,7 +9,7 @@ import click
 
 from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table
-from sparseloom.cli.parsing import distinct_processors, parse_budget, parse_slos
+from sparseloom.cli.placement_options import placement_options, read_placement
 
 
 def _check_available(table: Any) -> None:
@@ -105,15 +105,7 @@ def _echo(report: dict[str, Any]) -> None:
 
 @click.command("plan")
 @click.argument("workload")
-@click.option("--policy", default="sparseloom", show_default=True,
-              help="Placement policy (see `sparseloom plugins`).")
-@click.option("--slo", "slo_specs", multiple=True, metavar="TASK=ACCURACY,LATENCY_MS",
-              help="A task's SLO (repeat); default the workload's, else its grid middle.")
-@click.option("--memory-budget", default="1.0", show_default=True,
-              help="Preload budget: a fraction of full preloading (0.55) or bytes.")
-@click.option("--processor", "-p", "processors", multiple=True,
-              callback=distinct_processors,
-              help="Processor spec (repeat), as for `sparseloom profile`.")
+@placement_options("Processor spec (repeat), as for `sparseloom profile`.")
 @click.option("--validate", is_flag=True,
               help="Measure ground truth and report the decision quality over the SLO grid.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -128,14 +120,11 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
     """
     from sparseloom.cli.profile import profile_options
     from sparseloom.core.errors import PlanError
-    from sparseloom.core.registry import get_registry
     from sparseloom.plan.api import make_plan
     from sparseloom.profile.builder import build_profile, resolve_processors
     from sparseloom.workload.load import load_workload
 
-    get_registry().get_policy(policy)  # an unknown name fails before any profiling
-    slos = parse_slos(slo_specs)
-    budget = parse_budget(memory_budget)
+    slos, budget = read_placement(policy, slo_specs, memory_budget)
     loaded = load_workload(workload, progress=False)
     unknown = sorted(set(slos) - {t.name for t in loaded.tasks})
     if unknown:

@@ -12,14 +12,8 @@ import click
 
 from sparseloom.cli.executor_options import executor_options
 from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
-from sparseloom.cli.parsing import (
-    MEASUREMENTS,
-    ROUNDS,
-    SAMPLES,
-    SEED,
-    SUBGRAPHS,
-    distinct_processors,
-)
+from sparseloom.cli.parsing import MEASUREMENTS, ROUNDS, SAMPLES, SEED, SUBGRAPHS
+from sparseloom.cli.placement_options import processors_option
 
 
 def _fmt(value: Any, kind: str = "") -> str:
@@ -226,9 +220,7 @@ def _command_line(ctx: click.Context) -> str:
 
 @click.command("profile")
 @click.argument("workload")
-@click.option("--processor", "-p", "processors", multiple=True,
-              callback=distinct_processors,
-              help="Processor spec (repeat); default: the workload's, else all available.")
+@processors_option("Processor spec (repeat); default: the workload's, else all available.")
 @click.option("--accuracy-estimator", default=None,
               help="Accuracy estimator by name (default: the workload's, else xgboost).")
 @click.option("--latency-estimator", default=None,

@@ -8,12 +8,11 @@ from typing import Any
 
 def write_plots(report: dict[str, Any], out: Path) -> list[Path]:
     """Write the latency scatter and the recall-vs-K curves into ``out``; returns the paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    from sparseloom.evaluation.plotting import pyplot, save_figure
+
+    plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -37,11 +36,7 @@ def write_plots(report: dict[str, Any], out: Path) -> list[Path]:
     axis.set_ylabel(f"estimated latency (ms), {report['estimators']['latency']}")
     axis.set_title(f"{report['workload']}: estimated vs measured chains")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    path = out / "latency_scatter.png"
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    written.append(path)
+    written.append(save_figure(figure, out / "latency_scatter.png", dpi=120))
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for name, entry in report["tasks"].items():
@@ -58,9 +53,5 @@ def write_plots(report: dict[str, Any], out: Path) -> list[Path]:
     axis.set_title(f"{report['workload']}: accuracy estimator "
                    f"{report['estimators']['accuracy']}")
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    path = out / "recall_vs_k.png"
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    written.append(path)
+    written.append(save_figure(figure, out / "recall_vs_k.png", dpi=120))
     return written

@@ -17,11 +17,9 @@ from sparseloom.cli.parsing import (
     WINDOW,
     BoundedFloat,
     comma_items,
-    distinct_processors,
     finite_options,
-    parse_budget,
-    parse_slos,
 )
+from sparseloom.cli.placement_options import placement_options, read_placement
 
 if TYPE_CHECKING:
     from sparseloom.runtime.load import LoadKind
@@ -35,15 +33,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
 
 @click.command("run")
 @click.argument("workload")
-@click.option("--policy", default="sparseloom", show_default=True,
-              help="Placement policy (see `sparseloom plugins`).")
-@click.option("--slo", "slos", multiple=True, metavar="TASK=ACC,MS",
-              help="A task's SLO (repeat); others: the workload's, else their grid middle.")
-@click.option("--memory-budget", default="1.0", show_default=True,
-              help="Fraction of full preloading in (0, 1], or bytes when > 1.")
-@click.option("--processor", "-p", "processors", multiple=True,
-              callback=distinct_processors,
-              help="Processor to serve on (repeat); default: the profile's. A spec with "
+@placement_options("Processor to serve on (repeat); default: the profile's. A spec with "
                    "options (ov:CPU?INFERENCE_PRECISION_HINT=bf16) is profiled and served as "
                    "given, as `sparseloom profile -p` takes it.")
 @click.option("--queries", type=int, default=None,
@@ -69,7 +59,7 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write requests.csv (every request's record, streamed as it ends) and "
                    "summary.json here.")
-def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget: str,
+def run_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_budget: str,
                 processors: tuple[str, ...], queries: int | None, load_kind: LoadKind,
                 rate: float | None, arrival_order: str | None, join_after: int | None,
                 duration: float | None, inject_faults: float, window: int, seed: int,
@@ -82,7 +72,6 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
     """
     from sparseloom.cli.output import ensure_output_dir
     from sparseloom.core.errors import ConfigError
-    from sparseloom.core.registry import get_registry
     from sparseloom.runtime.executor import RuntimeOptions
     from sparseloom.runtime.load import LoadSpec
 
@@ -104,11 +93,7 @@ def run_command(workload: str, policy: str, slos: tuple[str, ...], memory_budget
         raise ConfigError("--load poisson needs --rate (requests per second per task)")
     if duration is not None and duration <= 0:
         raise ConfigError(f"--duration must be > 0 seconds, got {duration:g}")
-    budget = parse_budget(memory_budget)
-    if budget <= 0:
-        raise ConfigError(f"--memory-budget must be > 0, got {memory_budget}")
-    get_registry().get_policy(policy)  # an unknown policy fails before any work
-    parsed_slos = parse_slos(slos)
+    parsed_slos, budget = read_placement(policy, slo_specs, memory_budget)
     order = _arrival_order(arrival_order)
     if out is not None:
         ensure_output_dir(out)

@@ -284,16 +284,12 @@ def write_pareto_csv(result: Any, zoo: Any, path: Path) -> None:
 
 def plot_pareto(result: Any, zoo: Any, path: Path) -> None:
     """Scatter stitched (grey) and original (coloured, labelled) variants; draw both fronts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from sparseloom.evaluation.plotting import pyplot, save_figure
     from sparseloom.zoo.pareto import pareto_front
 
     originals = [p for p in result.points if p.original]
     stitched = [p for p in result.points if not p.original]
-    figure, axes = plt.subplots(figsize=(9, 5))
+    figure, axes = pyplot().subplots(figsize=(9, 5))
     axes.scatter([p.latency_ms for p in stitched], [p.metric for p in stitched], s=10,
                  color="0.6", alpha=0.6, label=f"stitched ({len(stitched)} sampled)")
     axes.scatter([p.latency_ms for p in originals], [p.metric for p in originals], s=40,
@@ -332,9 +328,7 @@ def plot_pareto(result: Any, zoo: Any, path: Path) -> None:
     axes.set_ylabel(zoo.metric_name)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path, dpi=120)
 
 
 COMMANDS = (zoo_group,)

@@ -19,7 +19,8 @@ or a TOML table (see :func:`load_processors`)::
 
 ``threads``, ``cores`` and ``streams`` set the :class:`~sparseloom.core.types.Processor` fields;
 every other key is a backend option (see ``docs/backends.md``). Processors are discovered,
-never assumed: each registered backend's ``devices()`` says what really answers.
+never assumed: each registered backend's ``devices()`` says what really answers. The cores
+this process may use are listed, parsed and pinned in :mod:`sparseloom.core.cores`.
 
 Running a model on a processor (:func:`~sparseloom.workload.inference.load_model`,
 :func:`~sparseloom.workload.inference.run_batched`) lives in :mod:`sparseloom.workload.inference`.
@@ -30,17 +31,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import parse_qsl
 
 import attrs
 
+from sparseloom.core.cores import allowed_cores, parse_cores
 from sparseloom.core.errors import BackendError, ConfigError, UnknownNameError
 from sparseloom.core.types import Processor, as_dict, repeated
-
-if TYPE_CHECKING:
-    pass
 
 _FIELDS = ("threads", "cores", "streams")
 #: The option every backend reads when the device asked for does not run the model.
@@ -63,72 +62,6 @@ class ProcessorSpec:
     def name(self) -> str:
         """``<backend>:<device>``."""
         return f"{self.backend}:{self.device}"
-
-
-def allowed_cores() -> tuple[int, ...]:
-    """The CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return tuple(sorted(os.sched_getaffinity(0)))
-    return tuple(range(os.cpu_count() or 1))
-
-
-def pin_current_thread(cores: Sequence[int]) -> bool:
-    """Confine the calling thread to ``cores``; returns whether it was pinned.
-
-    ``os.sched_setaffinity(0, ...)`` acts on the calling thread only (Linux), and threads it
-    starts later inherit the affinity. Nothing happens for empty ``cores`` or where the OS has
-    no affinity call. This is how a processor's serving thread is pinned to its cores, so that
-    the built-in backends run a model *in place* on it (``docs/backends.md``).
-
-    :raises ConfigError: ``cores`` names a core this process cannot use.
-    """
-    if not cores or not hasattr(os, "sched_setaffinity"):
-        return False
-    try:
-        os.sched_setaffinity(0, tuple(cores))
-    except OSError as error:
-        raise ConfigError(
-            f"cannot pin a thread to core(s) {list(cores)}: {error}; usable cores: "
-            f"{list(allowed_cores())}"
-        ) from error
-    return True
-
-
-MAX_CORES = 1024  # core indices a spec may name on any machine (more where it has more)
-
-
-def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
-    """``"0,2-3"`` → ``(0, 2, 3)``; a list or int passes through. Raises :class:`ConfigError`."""
-    if isinstance(value, int):
-        return (value,)
-    if isinstance(value, list | tuple):
-        items = [str(v) for v in value]
-    else:
-        items = [part.strip() for part in str(value).split(",")]
-    if not items or any(not item.strip() for item in items):
-        raise ConfigError(f"cores {value!r} has an empty item; give a core list such as "
-                          "'0', '0,1' or '0-3' (leave cores out to use any core)")
-    cores: list[int] = []
-    past = max(os.cpu_count() or 1, MAX_CORES)  # checked before a range is expanded
-    try:
-        for item in items:
-            low, dash, high = item.partition("-")
-            if dash and int(high) < int(low):
-                raise ConfigError(f"cores {value!r}: the range {item!r} is reversed; write it "
-                                  f"low-high, e.g. '{high}-{low}'")
-            if int(high if dash else low) >= past:
-                raise ConfigError(f"cores {value!r} names core {int(high if dash else low)}, not "
-                                  f"usable by this process (this machine has {os.cpu_count()} "
-                                  f"cores); usable cores: {list(allowed_cores())}")
-            cores.extend(range(int(low), int(high) + 1) if dash else [int(low)])
-    except ValueError as error:
-        if isinstance(error, ConfigError):
-            raise
-        raise ConfigError(f"cores {value!r} is not a core list such as '0', '0,1' or '0-3'"
-                          ) from None
-    if any(core < 0 for core in cores):
-        raise ConfigError(f"cores {value!r} names a negative core")
-    return tuple(sorted(set(cores)))
 
 
 #: The most threads (or streams) a processor may ask for: per core this process may use (CPU
@@ -227,10 +160,24 @@ def format_processor_spec(processor: Processor) -> str:
 
 # -- discovery -------------------------------------------------------------------------------
 
+#: ``wrap(backend, factory, described)`` → what :func:`get_backend` hands out for ``backend``.
+BackendWrapper = Callable[[Any, Callable[[], Any], str], Any]
+
 _backends: dict[str, Any] = {}
 _discovered: list[Processor] | None = None
 _seen_registry: object = None
+_wrap: BackendWrapper | None = None
 _lock = threading.RLock()
+
+
+def set_backend_wrapper(wrap: BackendWrapper | None) -> None:
+    """Hand out every backend as ``wrap(backend, its factory, its runtime described)`` from now
+    on (``None``: as it is). ``import sparseloom`` installs the crash guard,
+    :func:`sparseloom.isolation.guard.guard`, so core never imports the layer above it."""
+    global _wrap
+    with _lock:
+        _wrap = wrap
+        _backends.clear()
 
 
 def _sync_with_registry() -> Any:
@@ -248,19 +195,19 @@ def _sync_with_registry() -> Any:
 
 def get_backend(name: str) -> Any:
     """The process-wide instance of the backend registered as ``name``, behind the crash guard
-    (:mod:`sparseloom.isolation`: the first compile, load and run of each new combination
-    happens in a child process, so a native crash cannot end this one)."""
+    (:mod:`sparseloom.isolation`, installed by :func:`set_backend_wrapper`: the first compile,
+    load and run of each new combination happens in a child process, so a native crash cannot
+    end this one)."""
     with _lock:
         registry = _sync_with_registry()
         if name not in _backends:
-            from sparseloom.isolation.guard import guard
-
             registration = registry.get("backend", name)
             backend = registry.build(registration)
             version = getattr(backend, "runtime_version", None)
             described = (str(version()) if callable(version) else
                          f"{registration.distribution} {registration.version}".strip())
-            _backends[name] = guard(backend, registration.factory, described)
+            _backends[name] = backend if _wrap is None else _wrap(
+                backend, registration.factory, described)
         return _backends[name]
 
 

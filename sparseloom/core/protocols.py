@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import onnx
 
     from sparseloom.core.types import SLO, Plan, Processor, Registration, StitchedVariant
-    from sparseloom.profile.table import ProfileTable
 
 Arrays = Mapping[str, "np.ndarray"]
 
@@ -266,12 +265,14 @@ class PlacementPolicy(Protocol):
     def plan(
         self,
         tasks: Sequence[str],
-        profile: ProfileTable,
+        profile: Any,
         processors: Sequence[Processor],
         slos: Mapping[str, SLO],
     ) -> Plan:
         """Return the plan to run.
 
+        ``profile`` is the workload's :class:`~sparseloom.profile.table.ProfileTable` (typed
+        ``Any`` here: core does not import the stages built on it).
         ``profile.processors`` names the profiled processors; ``order`` must name one of them
         per position (``profile.task(t).n_positions`` of them, the same S for every task), and
         each task's stitched variant has one choice per position.

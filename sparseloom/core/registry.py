@@ -29,7 +29,6 @@ from typing import Any
 import attrs
 import pluggy
 
-from sparseloom import __version__
 from sparseloom.core import hookspecs
 from sparseloom.core.errors import DEBUG_ENV, PluginError, UnknownNameError, provider
 from sparseloom.core.protocols import (
@@ -39,6 +38,7 @@ from sparseloom.core.protocols import (
     guarded,
 )
 from sparseloom.core.types import PLUGIN_KINDS, PluginFailure, Processor, Registration
+from sparseloom.core.version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from sparseloom.core.errors import ConfigError
 from sparseloom.core.types import SLO, repeated
 from sparseloom.evaluation.stock import STOCK_RUNTIMES, serve_stock
 from sparseloom.runtime.load import LoadSpec
+from sparseloom.runtime.options import RuntimeOptions
 from sparseloom.runtime.summary import RunSummary
 
 #: The policy whose figures the ratios are taken of.
@@ -25,10 +26,19 @@ HEADLINE = "sparseloom"
 
 @attrs.frozen
 class Contender:
-    """One contender: a registered policy (``kind="policy"``) or a stock runtime."""
+    """One contender: a registered policy (``kind="policy"``) or a stock runtime.
+
+    A policy contender may plan with a registered policy under a name of its own and serve
+    with runtime settings of its own (``policy``, ``options``), so that one policy with a
+    runtime mechanism on and off makes two contenders (``benchmarks/mechanisms.py``).
+    """
 
     name: str
     kind: str
+    #: The registered policy a ``policy`` contender plans with (``None``: its ``name``).
+    policy: str | None = None
+    #: The runtime settings of a ``policy`` contender's runs (``None``: the defaults).
+    options: RuntimeOptions | None = None
 
     @property
     def is_stock(self) -> bool:
@@ -109,7 +119,9 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
         from sparseloom.runtime.session import RunConfig, serve
 
         return serve(context.workload, context.profile,
-                     RunConfig(policy=contender.name, slos=dict(slos), load=spec)).summary
+                     RunConfig(policy=contender.policy or contender.name, slos=dict(slos),
+                               load=spec, options=contender.options or RuntimeOptions())
+                     ).summary
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")
     stock = STOCK_RUNTIMES[contender.name]

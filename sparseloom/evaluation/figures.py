@@ -10,20 +10,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from sparseloom.evaluation.plotting import pyplot, save_figure
 
 
 def _bars(path: Path, labels: Sequence[str], values: Sequence[float], ylabel: str,
           title: str, hatched: Sequence[bool] = ()) -> Path:
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(max(4.0, 0.7 * len(labels) + 1.5), 3.2))
+    figure, axes = pyplot().subplots(figsize=(max(4.0, 0.7 * len(labels) + 1.5), 3.2))
     bars = axes.bar(range(len(labels)), values, color="#4c72b0")
     for bar, hatch in zip(bars, hatched, strict=False):
         if hatch:
@@ -32,10 +24,7 @@ def _bars(path: Path, labels: Sequence[str], values: Sequence[float], ylabel: st
     axes.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     axes.set_ylabel(ylabel)
     axes.set_title(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def _orders(plt: Any, path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -50,10 +39,7 @@ def _orders(plt: Any, path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     axes.set_ylabel("throughput (requests/s)")
     axes.set_title("Fig. 13: throughput per processor order (Alg. 1, order forced)")
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def render_all(out: Path, tables: Mapping[str, Any]) -> list[Path]:
@@ -70,7 +56,7 @@ def render_all(out: Path, tables: Mapping[str, Any]) -> list[Path]:
     written.append(_bars(out / "fig11_throughput.png", names,
                          [r["throughput_rps"] for r in rows], "throughput (requests/s)",
                          "Fig. 11: throughput per contender (measured)"))
-    plt = _pyplot()
+    plt = pyplot()
     written.append(_orders(plt, out / "fig13_orders.png", tables["orders"]))
     budget = tables["budget"]
     figure, axes = plt.subplots(figsize=(4.5, 3.2))
@@ -79,10 +65,7 @@ def render_all(out: Path, tables: Mapping[str, Any]) -> list[Path]:
     axes.set_xlabel("memory budget (% of full preloading)")
     axes.set_ylabel("SLO violation rate (%)")
     axes.set_title("Fig. 14: violation vs memory budget")
-    figure.tight_layout()
-    figure.savefig(out / "fig14_budget.png", dpi=110)
-    plt.close(figure)
-    written.append(out / "fig14_budget.png")
+    written.append(save_figure(figure, out / "fig14_budget.png"))
     benefit = tables["stitching"]
     figure, axes = plt.subplots(figsize=(5.5, 3.2))
     ks = [r["slo_config"] for r in benefit]
@@ -94,8 +77,5 @@ def render_all(out: Path, tables: Mapping[str, Any]) -> list[Path]:
     axes.set_ylabel("tasks that can meet it")
     axes.set_title("Fig. 3: stitching benefit per SLO configuration")
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(out / "fig3_stitching.png", dpi=110)
-    plt.close(figure)
-    written.append(out / "fig3_stitching.png")
+    written.append(save_figure(figure, out / "fig3_stitching.png"))
     return written

@@ -1,10 +1,9 @@
 """The comparison's tables as Markdown, with the paper's figures beside them.
 
 :func:`render_markdown` turns the tables of :func:`~sparseloom.evaluation.report.
-evaluate_workload` into the text ``docs/results.md`` holds (written as ``OUT/results.md``);
-nothing here computes a metric, only the ratios the issue asks for (SparseLoom's violation
-against the best AV baseline and SV-LO, its throughput against the best baseline and vanilla
-OpenVINO).
+evaluate_workload` into Markdown (written as ``OUT/results.md``); nothing here computes a
+metric, only the paper's ratios (SparseLoom's violation against the best AV baseline and SV-LO,
+its throughput against the best baseline and vanilla OpenVINO).
 """
 
 from __future__ import annotations

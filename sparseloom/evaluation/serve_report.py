@@ -193,11 +193,9 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
 
 def write_figures(report: dict[str, Any], folder: Path) -> list[Path]:
     """Bar charts with min–max whiskers per scenario (and k), and violation rate against k."""
-    import matplotlib
+    from sparseloom.evaluation.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     written = []
     for scenario, result in report["scenarios"].items():
         parts = result["k"].items() if scenario == "capacity" else [("", result)]
@@ -213,11 +211,8 @@ def write_figures(report: dict[str, Any], folder: Path) -> list[Path]:
             axes.set_ylabel(f"{result['figure']} ({result['unit']})")
             axes.set_title(f"{report['workload']}: {scenario}" + (f", k = {k}" if k else ""))
             axes.tick_params(axis="x", rotation=45)
-            figure.tight_layout()
-            path = folder / f"serve_{scenario}{'_k' + k if k else ''}.png"
-            figure.savefig(path, dpi=110)
-            plt.close(figure)
-            written.append(path)
+            written.append(save_figure(figure,
+                                       folder / f"serve_{scenario}{'_k' + k if k else ''}.png"))
     grid = report["scenarios"].get("grid")
     if grid:
         figure, axes = plt.subplots(figsize=(7, 4))
@@ -231,9 +226,5 @@ def write_figures(report: dict[str, Any], folder: Path) -> list[Path]:
         axes.set_ylabel("violation rate")
         axes.set_xscale("log")
         axes.legend(fontsize=7, ncol=2)
-        figure.tight_layout()
-        path = folder / "serve_grid_violation_vs_k.png"
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        written.append(path)
+        written.append(save_figure(figure, folder / "serve_grid_violation_vs_k.png"))
     return written

@@ -113,8 +113,8 @@ class Bisection:
 
 
 def _meets(run: dict[str, Any], slos: dict[str, SLO]) -> bool:
-    """A VALID run in which every task met its SLOs (:func:`_judge`)."""
-    return bool(run["valid"] and run.get("summary") is not None and _judge(run, slos) == 0)
+    """A VALID run in which every task met its SLOs (:func:`judge_run`)."""
+    return bool(run["valid"] and run.get("summary") is not None and judge_run(run, slos) == 0)
 
 
 def capacity(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
@@ -205,7 +205,7 @@ def violation_floor(context: ServeContext, axis: Mapping[str, Sequence[float]]
     no stitched variant reaches, whether measured on the evaluation processor or as served on
     a profiled one (:attr:`~sparseloom.profile.table.TaskProfile.served_accuracy`). The dense
     model every stock runtime serves and every variant a baseline serves are stitched variants
-    too, judged by the same figures (:func:`_judge`), so none of them meets such a cell either.
+    too, judged by the same figures (:func:`judge_run`), so none of them meets such a cell either.
     Latency plays no part: a contender may miss a reachable cell too, so this is a lower bound,
     the same at every k.
 
@@ -252,14 +252,14 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
             for k, level in cells:
                 slos = {t: SLO(axis[t][level], k * iso[t]) for t in iso}
                 if contender.is_stock and shared is not None:
-                    rate = _judge(shared, slos)
+                    rate = judge_run(shared, slos)
                 else:
                     run = recorder.run(
                         "grid", contender, round_index,
                         partial(serve_contender, context, contender, spec, slos),
                         k=k, level=level)
                     shared = run if run["valid"] else None
-                    rate = _judge(run, slos) if run["valid"] else math.nan
+                    rate = judge_run(run, slos) if run["valid"] else math.nan
                 if rate == rate:
                     violations.setdefault(contender.name, {}).setdefault(
                         f"{k:g}", {}).setdefault(round_index, []).append(rate)
@@ -283,7 +283,7 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
             "ratios_by_policy": family_ratios(overall, contenders, False)}
 
 
-def _judge(run: dict[str, Any], slos: dict[str, SLO]) -> float:
+def judge_run(run: dict[str, Any], slos: dict[str, SLO]) -> float:
     """The run's violation rate under ``slos``: a task misses when its p90 is above its
     latency SLO, or when what it served falls short of its accuracy SLO on the whole eval set
     (the profile's accuracy of the variant, the dense model's for a stock runtime). The

@@ -19,7 +19,7 @@ Both judge the accuracy SLO on the requests served (``SimConfig.score_served``),
 measured runs do on their 100-odd eval rows: a task whose variant sits a point above its SLO
 misses it in some runs, measured or simulated.
 
-Goals (the issue "The simulator, validated where it is used"): throughput within
+Goals, for a simulator that predicts what it is used for: throughput within
 :data:`THROUGHPUT_GOAL_PCT` and violation rate within :data:`VIOLATION_GOAL_POINTS`.
 """
 

@@ -3,7 +3,9 @@
 A plan that puts every task on a lane of its own (``Plan.lanes``, :mod:`sparseloom.runtime.
 lanes`) gives up the processors' queues: the kernel time-slices the lanes over every core and
 pre-empts a long call for a short one. ``sparseloom-loaded`` takes such a plan when it is
-estimated to miss fewer latency SLOs than the shared queues (its module doc).
+estimated to miss fewer latency SLOs than the shared queues (its module doc). The
+:class:`Option` records it weighs are defined here, beside the lanes that read them, so the
+plan layer never imports the plugin.
 """
 
 from __future__ import annotations
@@ -11,11 +13,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 if TYPE_CHECKING:
-    from sparseloom.plugins.policies.loaded import Option
     from sparseloom.profile.table import ProfileTable
+
+
+@attrs.frozen
+class Option:
+    """One way to serve a task: a stitched-variant row under a placement.
+
+    Attributes:
+        row: the stitched-variant row.
+        placement: the processor index of each position.
+        work_ms: summed stage time on each processor, (P,).
+        chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
+        longest_ms: the longest time one request holds each processor, (P,) (0 where unused):
+            consecutive stages on one processor run in place, so they count as one.
+        uses: whether the chain runs on each processor, (P,).
+        longest_stage_ms: the longest single stage of the chain.
+        served_accuracy: the metric measured for ``row`` served on ``placement``'s processor
+            (``served_options`` of :mod:`sparseloom.plugins.policies.loaded`); ``None`` for an
+            option read from the faithful profile.
+    """
+
+    row: int
+    placement: tuple[int, ...]
+    work_ms: np.ndarray = attrs.field(eq=False)
+    chain_ms: float
+    longest_ms: np.ndarray = attrs.field(eq=False)
+    uses: np.ndarray = attrs.field(eq=False)
+    longest_stage_ms: float
+    served_accuracy: float | None = None
 
 
 def lane_choice(options: Sequence[Sequence[Option]], n_processors: int

@@ -93,12 +93,10 @@ def measure_truth(workload: Any, table: Any, processors: Sequence[Any], options:
 
     A task with more than :data:`MAX_CHAINS` chains gets a string saying why it was skipped.
     """
-    from sparseloom.profile.builder import subgraph_jobs, zoo_for
+    from sparseloom.profile.builder import timing_jobs, zoo_for
     from sparseloom.profile.measure import default_backend_resolver, measure_task
     from sparseloom.profile.store import ProfileStore
     from sparseloom.profile.validation import ground_truth
-    from sparseloom.zoo.evaluate import SubgraphRunner
-    from sparseloom.zoo.tensors import dense_activations, take_batch
 
     store = ProfileStore(table.meta["accuracy_cache_directory"])
     result: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}
@@ -116,10 +114,7 @@ def measure_truth(workload: Any, table: Any, processors: Sequence[Any], options:
             continue
         chains = [(tuple(int(c) for c in choices), tuple(int(p) for p in order))
                   for choices in profile.choices() for order in orders]
-        with SubgraphRunner(processor=options.evaluation_processor) as runner:
-            inputs, _ = dense_activations(
-                zoo, take_batch(task.calibration_inputs, 0, 1), runner.run)
-        measured = measure_task(task.name, subgraph_jobs(zoo, inputs), processors,
+        measured = measure_task(task.name, timing_jobs(task, zoo, options), processors,
                                 default_backend_resolver, options.config, chains=chains)
         latency = measured.chain_ms.reshape(profile.n_stitched, len(orders))
         result[task.name] = (truth[0], latency)

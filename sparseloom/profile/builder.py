@@ -34,10 +34,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sparseloom import __version__
 from sparseloom.core.errors import ProfileError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
+from sparseloom.core.version import __version__
 from sparseloom.profile.chain_fit import fit_chain_model, fit_chains
 from sparseloom.profile.estimate import estimate_accuracy
 from sparseloom.profile.executors import ProfileExecutor, executor_for
@@ -56,7 +56,9 @@ from sparseloom.profile.options import (
     ProfileOptions,
     check_estimator,
     processor_key,
+    profiling_inputs,
     resolve_processors,
+    workload_zoos,
     zoo_for,
 )
 from sparseloom.profile.served import served_accuracy
@@ -96,21 +98,13 @@ def build_profile(
     :param cache_root: where profiles are cached (default ``cache_dir()/profiles``).
     :param executor: runs the measurements (default: ``options.executor``'s; one given stays open).
     """
-    from sparseloom.workload.load import load_workload
-
     options = options or ProfileOptions()
     check_estimator(options.accuracy_estimator, "accuracy")
     check_estimator(options.latency_estimator, "latency")
-    if not isinstance(workload, str | os.PathLike):
-        loaded = workload
-    else:
-        loaded = load_workload(workload, progress=progress)
-    chosen = resolve_processors(processors, loaded)
-    options = options.for_workload(loaded)
+    loaded, chosen, options = profiling_inputs(workload, processors, options, progress)
     resolve_backend = resolve_backend or default_backend_resolver
     running = executor or executor_for(options, progress)
-    task_zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
-                 for t in loaded.tasks}
+    task_zoos = workload_zoos(loaded, chosen, options, zoos, progress)
     for name, zoo in task_zoos.items():
         variants = len(zoo.variants)
         if options.samples is not None and options.samples < variants:
@@ -229,6 +223,16 @@ def _profile_task(
 
 def _first_row(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: np.ascontiguousarray(np.asarray(a)[:1]) for name, a in arrays.items()}
+
+
+def timing_jobs(task: Any, zoo: Any, options: ProfileOptions) -> list[SubgraphJob]:
+    """:func:`subgraph_jobs` fed the dense prefix's activations of ``task``'s first calibration
+    row (computed on ``options.evaluation_processor``): what timing the subgraphs needs."""
+    from sparseloom.zoo.evaluate import SubgraphRunner
+
+    with SubgraphRunner(processor=options.evaluation_processor) as runner:
+        inputs, _ = dense_activations(zoo, take_batch(task.calibration_inputs, 0, 1), runner.run)
+    return subgraph_jobs(zoo, inputs)
 
 
 def subgraph_jobs(zoo: Any, inputs: Sequence[Mapping[str, np.ndarray]]) -> list[SubgraphJob]:

@@ -20,7 +20,7 @@ from sparseloom.core.types import Registration
 from sparseloom.profile.features import SubgraphFeatures, stitched_features
 
 if TYPE_CHECKING:
-    from sparseloom.profile.builder import ProfileOptions
+    from sparseloom.profile.options import ProfileOptions
 
 #: Every task metric lies in [0, 1]; predictions outside this range (by more than float noise)
 #: are refused rather than stored.

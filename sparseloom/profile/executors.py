@@ -29,13 +29,13 @@ from sparseloom.profile.executor_work import Activations, variant_fidelity
 
 if TYPE_CHECKING:
     from sparseloom.core.types import Processor
-    from sparseloom.profile.builder import ProfileOptions
     from sparseloom.profile.measure import (
         BackendResolver,
         ProfilerConfig,
         SubgraphJob,
         TaskMeasurement,
     )
+    from sparseloom.profile.options import ProfileOptions
     from sparseloom.profile.rounds import Chain
     from sparseloom.zoo.evaluate import EvaluationReport
     from sparseloom.zoo.types import Zoo, ZooTask

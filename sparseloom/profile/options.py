@@ -5,6 +5,7 @@ Shared by :func:`~sparseloom.profile.builder.build_profile`, validation and re-p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +18,8 @@ from sparseloom.profile.features import DEFAULT_FEATURE_SET, FEATURE_SETS
 from sparseloom.profile.measure import ProfilerConfig
 from sparseloom.workload.arguments import instance_field, names_field, number_field
 
-__all__ = ["ProfileOptions", "check_estimator", "processor_key", "resolve_processors", "zoo_for"]
+__all__ = ["ProfileOptions", "check_estimator", "processor_key", "profiling_inputs",
+           "resolve_processors", "workload_zoos", "zoo_for"]
 
 
 def _optional_names(values: Sequence[str] | None) -> Any:
@@ -125,3 +127,26 @@ def zoo_for(task: Any, processors: Sequence[Processor], options: ProfileOptions,
                              compressor_options=options.compressor_options or {},
                              evaluation_processor=options.evaluation_processor)
     return build_zoo(task, zoo_options, progress=progress)
+
+
+def profiling_inputs(
+    workload: Any, processors: Sequence[str | Processor] | None,
+    options: ProfileOptions | None, progress: bool,
+) -> tuple[Any, list[Processor], ProfileOptions]:
+    """What building, validating or refreshing a profile starts from: the workload (built or
+    loaded from the cache when given by name or path), the processors
+    (:func:`resolve_processors`) and ``options`` (default :class:`ProfileOptions`) with the
+    workload file's zoo settings."""
+    from sparseloom.workload.load import load_workload
+
+    loaded = (load_workload(workload, progress=progress)
+              if isinstance(workload, str | os.PathLike) else workload)
+    chosen = resolve_processors(processors, loaded)
+    return loaded, chosen, (options or ProfileOptions()).for_workload(loaded)
+
+
+def workload_zoos(workload: Any, processors: Sequence[Processor], options: ProfileOptions,
+                  zoos: Mapping[str, Any] | None, progress: bool) -> dict[str, Any]:
+    """Each task's zoo by task name: the one ``zoos`` gives, else :func:`zoo_for`'s."""
+    return {task.name: (zoos or {}).get(task.name) or zoo_for(task, processors, options, progress)
+            for task in workload.tasks}

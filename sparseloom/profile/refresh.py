@@ -46,19 +46,19 @@ import numpy as np
 
 from sparseloom.core.cache import config_hash
 from sparseloom.core.errors import ProfileError
-from sparseloom.profile.builder import (
-    ProfileOptions,
-    processor_key,
-    resolve_processors,
-    subgraph_jobs,
-    zoo_for,
-)
+from sparseloom.profile.builder import timing_jobs
 from sparseloom.profile.machine_load import recorded_load_average
 from sparseloom.profile.measure import (
     BackendResolver,
     TaskMeasurement,
     default_backend_resolver,
     measure_task,
+)
+from sparseloom.profile.options import (
+    ProfileOptions,
+    processor_key,
+    profiling_inputs,
+    workload_zoos,
 )
 from sparseloom.profile.store import ProfileStore, profiles_directory
 from sparseloom.profile.table import ProfileTable, TaskProfile
@@ -165,8 +165,6 @@ def refresh_profile(
         appended to ``table.meta["refresh"]``.
     :raises ProfileError: bad ``sample``/``threshold``/``mode``, or no cached profile.
     """
-    from sparseloom.workload.load import load_workload
-
     if sample < 1:
         raise ProfileError(f"refresh sample must be at least 1 subgraph per task, got {sample}")
     if not 0 < threshold < math.inf:
@@ -176,10 +174,7 @@ def refresh_profile(
         raise ProfileError(f"refresh rounds must be at least 3, got {rounds}")
     if mode not in MODES:
         raise ProfileError(f"unknown refresh mode {mode!r}; choose one of {', '.join(MODES)}")
-    options = options or ProfileOptions()
-    loaded = load_workload(workload, progress=progress) if isinstance(workload, str) else workload
-    chosen = resolve_processors(processors, loaded)
-    options = options.for_workload(loaded)
+    loaded, chosen, options = profiling_inputs(workload, processors, options, progress)
     resolve_backend = resolve_backend or default_backend_resolver
     folder = (Path(table.meta["cache_directory"]).parent
               if table is not None and table.meta.get("cache_directory")
@@ -203,8 +198,7 @@ def _refresh(loaded: Any, chosen: Sequence[Any], options: ProfileOptions, table:
         raise ProfileError(f"the profile was measured on {', '.join(table.processors)}, not on "
                            f"{', '.join(p.name for p in chosen)}; refresh it on its processors")
     started = datetime.datetime.now(datetime.UTC)
-    zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
-            for t in loaded.tasks}
+    zoos = workload_zoos(loaded, chosen, options, zoos, progress)
     stale = [n for n, z in zoos.items() if table.meta.get("zoo_hashes", {}).get(n) != z.hash]
     if stale:
         raise ProfileError(f"the cached profile was built on other zoos of {', '.join(stale)}; "
@@ -310,12 +304,7 @@ def time_subgraphs(task: Any, zoo: Any, cells: Sequence[tuple[int, int]] | None,
                    resolve_backend: BackendResolver) -> TaskMeasurement:
     """Time ``cells`` (all subgraphs when ``None``) of ``task`` as the profiler does: batch 1,
     dense-prefix inputs, ``options.config``'s interleaved rounds on pinned threads."""
-    from sparseloom.zoo.evaluate import SubgraphRunner
-    from sparseloom.zoo.tensors import dense_activations, take_batch
-
-    with SubgraphRunner(processor=options.evaluation_processor) as runner:
-        inputs, _ = dense_activations(zoo, take_batch(task.calibration_inputs, 0, 1), runner.run)
-    jobs = subgraph_jobs(zoo, inputs)
+    jobs = timing_jobs(task, zoo, options)
     if cells is not None:
         jobs = [job for job in jobs if (job.position, job.variant) in set(cells)]
     return measure_task(task.name, jobs, processors, resolve_backend, options.config,

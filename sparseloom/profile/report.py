@@ -24,13 +24,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sparseloom.profile.builder import (
-    ProfileOptions,
-    build_profile,
-    resolve_processors,
-    subgraph_jobs,
-    zoo_for,
-)
+from sparseloom.profile.builder import build_profile, timing_jobs
 from sparseloom.profile.cost import overall_cost, placement_orders, task_cost
 from sparseloom.profile.machine_load import recorded_load_average
 from sparseloom.profile.measure import (
@@ -40,6 +34,7 @@ from sparseloom.profile.measure import (
     measure_task,
 )
 from sparseloom.profile.metrics import mae, mape
+from sparseloom.profile.options import ProfileOptions, profiling_inputs, workload_zoos
 from sparseloom.profile.store import ProfileStore
 from sparseloom.profile.table import ProfileTable
 from sparseloom.profile.validation import (
@@ -50,7 +45,6 @@ from sparseloom.profile.validation import (
     latency_verdict,
     sample_chains,
 )
-from sparseloom.zoo.tensors import dense_activations, take_batch
 
 #: The paper's figures (SparseLoom §3.2): what our estimators are measured against.
 PAPER_GOALS = {"top_10_recall": 0.9078, "latency_mape": 0.089, "latency_mae_ms": 1.05,
@@ -81,16 +75,10 @@ def validate(
     :param ablation: also judge the other built-in estimator and the paper's feature set.
     :param curve: also compute top-10 recall against the number of training samples.
     """
-    from sparseloom.workload.load import load_workload
-
-    options = options or ProfileOptions()
     resolve_backend = resolve_backend or default_backend_resolver
     load_at_start = recorded_load_average()
-    loaded = load_workload(workload, progress=progress) if isinstance(workload, str) else workload
-    chosen = resolve_processors(processors, loaded)
-    options = options.for_workload(loaded)
-    zoos = {t.name: (zoos or {}).get(t.name) or zoo_for(t, chosen, options, progress)
-            for t in loaded.tasks}
+    loaded, chosen, options = profiling_inputs(workload, processors, options, progress)
+    zoos = workload_zoos(loaded, chosen, options, zoos, progress)
     table = build_profile(loaded, processors=chosen, options=options, use_cache=use_cache,
                           progress=progress, resolve_backend=resolve_backend, zoos=zoos)
     store = ProfileStore(table.meta["accuracy_cache_directory"], enabled=use_cache)
@@ -214,7 +202,6 @@ def _timed_chains(
     from tqdm import tqdm
 
     from sparseloom.core.cache import config_hash
-    from sparseloom.zoo.evaluate import SubgraphRunner
 
     name = f"validation-{task.name}-" + config_hash(
         {"chains": [[list(map(int, c)), list(map(int, o))] for c, o in chains],
@@ -226,10 +213,7 @@ def _timed_chains(
                                          "load_ms", "memory_bytes", "handoff_ms", "chain_ms",
                                          "chain_spread_ms")}
         return TaskMeasurement(failures=[], **fields), str(meta.get("timed_at")), True
-    with SubgraphRunner(processor=options.evaluation_processor) as runner:
-        inputs, _ = dense_activations(
-            zoo, take_batch(task.calibration_inputs, 0, 1), runner.run)
-    jobs = subgraph_jobs(zoo, inputs)
+    jobs = timing_jobs(task, zoo, options)
     with tqdm(total=len(chosen) * len(jobs) + options.config.repeats,
               desc=f"{task.name}: timing {len(chains)} chains", unit="step",
               disable=not progress, leave=False) as bar:

@@ -78,6 +78,7 @@ class Runtime(StageHandler):
         self.loader = ModelLoader(self.tasks, batch_one=self.options.batch_one)
         self.control = ControlThread()
         self.slos: dict[str, Any] = {name: task.slo for name, task in self.tasks.items()}
+        self.deadline_queues = self.options.deadline_queues
         # The newest feedbacks and switch events (bounded), and every task's switch count.
         self.feedbacks: collections.deque[Any] = collections.deque(maxlen=256)
         self.switches: collections.deque[SwitchEvent] = collections.deque(maxlen=1024)
@@ -104,6 +105,10 @@ class Runtime(StageHandler):
         self._output_names = {name: task.output_name for name, task in self.tasks.items()}
         self._switch_interval: float | None = None
         self._next_feedback_s = 0.0
+        # Run on the control thread when a processor is marked down and when a verdict is due to
+        # the policy; switching.start installs them, so this does not import the layer above.
+        self.on_down: Callable[[], None] = lambda: None
+        self.on_verdict: Callable[[], None] = lambda: None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -112,12 +117,13 @@ class Runtime(StageHandler):
 
         While the runtime serves, the GIL switch interval is :data:`SWITCH_INTERVAL_S` (a
         worker back from a model call while the control thread runs Python waits at most that
-        long, not CPython's 5 ms) and the heap is frozen (:mod:`sparseloom.runtime.heap`).
+        long, not CPython's 5 ms) and, unless ``options.freeze_heap`` is off, the heap is frozen
+        (:mod:`sparseloom.runtime.heap`).
         """
         if self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval))
-            SERVING_HEAP.enter()
+            SERVING_HEAP.enter(freeze=self.options.freeze_heap)
         for worker in self.workers.values():
             worker.start()
         self.control.start()
@@ -298,9 +304,7 @@ class Runtime(StageHandler):
         if down:
             self.notes.append(f"processor {worker.name} marked down after "
                               f"{worker.consecutive_failures} consecutive failures")
-            from sparseloom.runtime.switching import replan_without_down
-
-            self.control.submit(lambda: replan_without_down(self))
+            self.control.submit(self.on_down)
 
     def _load_and_retry(self, request: Request, key: ModelKey,
                         worker: ProcessorWorker, reason: str) -> None:
@@ -324,11 +328,9 @@ class Runtime(StageHandler):
                 get_registry().notify_slo_violation(request.task, latency_ms,
                                                     monitor.slo_latency_ms)
             if monitor.observe(latency_ms) and self.policy is not None \
-                    and request.finished_s >= self._next_feedback_s:
-                from sparseloom.runtime.switching import give_feedback
-
+                    and request.finished_s >= self._next_feedback_s and self.options.feedback:
                 self._next_feedback_s = request.finished_s + FEEDBACK_EVERY_S
-                self.control.submit(lambda: give_feedback(self))
+                self.control.submit(self.on_verdict)
 
     def _fail(self, request: Request, reason: str, processor: str | None = None) -> None:
         request.finished_s = time.perf_counter()

@@ -9,7 +9,8 @@ pause (docs/runtime.md).
 
 While any runtime serves, the objects that existed when the first one started are frozen
 (:func:`gc.freeze`: moved to a permanent generation the collector does not walk), so a full
-collection walks only what was made since. When the last runtime stops they are unfrozen and
+collection walks only what was made since (``RuntimeOptions(freeze_heap=False)`` leaves the
+heap as it is, to measure what this buys). When the last runtime stops they are unfrozen and
 collected as usual: garbage made before a run is collected after it, nothing is lost. An
 application that froze its heap itself before the first runtime started (as CPython's
 documentation suggests after start-up) keeps it frozen: the last runtime to stop leaves the
@@ -22,7 +23,8 @@ quarter-million objects that importing torch, OpenVINO and ONNX Runtime leaves. 
 :data:`SURVIVOR_FREEZE` installed (the console script installs it, and the test suite), the
 objects that survive a full collection are frozen after it, so the next one walks only what
 was made since: the same demo took 7.3 s against 11.4 s (medians of 3 rounds side by side,
-docs/runtime.md). When the frozen heap has doubled since it was last
+2026-12-01, AMD EPYC; ``benchmarks/mechanisms.py --mechanism survivor_freeze`` measures it
+again). When the frozen heap has doubled since it was last
 walked, it is unfrozen and the next full collection walks and frees it all once, so garbage
 cycles among frozen objects are freed too and memory stays within twice what is alive. While a
 runtime serves it does nothing: the serving freeze above holds, and what serving makes (requests,
@@ -36,29 +38,37 @@ import threading
 
 
 class _ServingHeap:
-    """How many runtimes serve in this process; the heap is frozen while any does."""
+    """How many runtimes serve in this process; the heap is frozen from the first that
+    freezes it (``RuntimeOptions.freeze_heap``, on by default) until the last stops."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._serving = 0
+        self._frozen = False
         self._unfreeze_after = False
 
-    def enter(self) -> None:
-        """A runtime starts serving: freeze the heap if it is the first."""
+    def enter(self, freeze: bool = True) -> None:
+        """A runtime starts serving: freeze the heap unless it is frozen already
+        (``freeze=False``: count it as serving, so the survivor freeze stays idle, and freeze
+        nothing)."""
         with self._lock:
-            if self._serving == 0:
+            if freeze and not self._frozen:
                 self._unfreeze_after = gc.get_freeze_count() == 0
                 gc.freeze()
+                self._frozen = True
             self._serving += 1
 
     def leave(self) -> None:
-        """A runtime stopped: unfreeze the heap if it was the last and found it unfrozen."""
+        """A runtime stopped: unfreeze the heap if it was the last and the heap was unfrozen
+        before it was frozen for serving."""
         with self._lock:
             if self._serving == 0:
                 return
             self._serving -= 1
-            if self._serving == 0 and self._unfreeze_after:
-                gc.unfreeze()
+            if self._serving == 0:
+                if self._frozen and self._unfreeze_after:
+                    gc.unfreeze()
+                self._frozen = False
 
     @property
     def serving(self) -> int:

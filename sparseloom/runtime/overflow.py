@@ -5,7 +5,7 @@ call waits for it to end. The operating system does better when each task has a 
 own: it pre-empts a long call for a short one that wakes up (that is how stock ONNX Runtime,
 one session and thread per task, meets tight latency SLOs on a loaded CPU). One thread per
 task gives that up under a closed loop, though, where every thread is always runnable and
-sharing a core stretches every call (docs/results.md, *lanes*).
+sharing a core stretches every call (docs/results.md, *Tried and not kept*).
 
 So a processor named in ``Plan.overflow`` gets one more thread, pinned to the *other*
 processors' cores, that serves its queue only when it must: when the first request in line
@@ -34,8 +34,8 @@ the calls count as the overflow thread's (:attr:`Overflow.stages`, :attr:`Overfl
 not in the worker's utilisation or calibration.
 
 ``sparseloom-loaded`` names every processor it gives two or more tasks
-(``LoadedPolicy(overflow=False)`` turns it off); docs/results.md, *Overflow threads*, has its
-measured effect on the grid, the closed loop and the capacity search.
+(``LoadedPolicy(overflow=False)`` turns it off); the table of mechanisms in docs/runtime.md has
+its measured effect on the grid, the closed loop and the capacity search.
 """
 
 from __future__ import annotations
@@ -116,10 +116,14 @@ class Overflow:
         heap = worker.heap
         if not worker.overflow_on or not heap or not worker.active:
             return False  # the worker itself takes what is queued when it is free
-        deadline, _, item = heap[0]
+        item = heap[0][2]
         route = getattr(item, "route", None)
-        if route is None or deadline == math.inf:
-            return False  # a job (loads, switches), the stop marker, or no deadline
+        if route is None:
+            return False  # a job (loads, switches) or the stop marker
+        # (the request's own deadline: a first-in-first-out queue does not key by it)
+        deadline = worker.deadline(item)
+        if deadline == math.inf:
+            return False  # no latency SLO
         model = worker.models.get(route.keys[item.stage])
         if model is None or not model.reentrant:
             return False

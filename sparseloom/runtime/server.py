@@ -37,8 +37,8 @@ from sparseloom.core.types import SLO
 from sparseloom.runtime import switching
 from sparseloom.runtime.arguments import check_server_arguments
 from sparseloom.runtime.executor import Runtime, RuntimeOptions
+from sparseloom.runtime.live import ServerStats, server_stats
 from sparseloom.runtime.models import profile_processors
-from sparseloom.runtime.stats import ServerStats, server_stats
 from sparseloom.runtime.threads import Closing, refuse_on_serving_thread, serving_thread
 
 #: Requests of one task admitted and not yet ended before ``submit`` raises ``Overloaded``.
@@ -382,7 +382,7 @@ class Server:
     def stats(self) -> ServerStats:
         """Per task: counts, requests/s, p50/p90/p99 and SLO attainment over its recent
         requests, the route now serving it, switches; per processor: utilisation since the
-        previous call, queue length, whether it is down (:mod:`sparseloom.runtime.stats`)."""
+        previous call, queue length, whether it is down (:mod:`sparseloom.runtime.live`)."""
         runtime = self.runtime
         with self._lock:
             return server_stats(runtime, self._serving, self._busy_since)

@@ -166,7 +166,9 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
     """Load the resident set (the preloader's, less the subgraphs a merged route's model
     stands in for, plus every route of ``plan``), start the workers and open the ``active``
     tasks (all the plan places when ``None``); ``progress`` shows a bar (with the time left)
-    over the loads."""
+    over the loads. From then on a processor marked down re-plans without it
+    (:func:`replan_without_down`) and a monitor's verdict goes to the policy
+    (:func:`give_feedback`)."""
     from tqdm import tqdm
 
     routes = routes_from_plan(runtime, plan, 0)
@@ -187,6 +189,8 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
               leave=False) as bar:
         events = load_pairs(runtime, bar, "preload", _wide(routes.values()))
     runtime.plan = plan
+    runtime.on_down = lambda: replan_without_down(runtime)
+    runtime.on_verdict = lambda: give_feedback(runtime)
     runtime.notes += [f"processor {name} has streams={w.processor.streams}: the runtime serves "
                       f"it with one worker thread (streams apply to profiling and `infer`, "
                       f"docs/runtime.md)" for name, w in runtime.workers.items()

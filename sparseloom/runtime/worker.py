@@ -10,23 +10,13 @@ A processor is a queue, and its discipline is a scheduling decision: each worker
 waiting request with the **earliest deadline** first (its submission time + its task's latency
 SLO, as Band's deadline schedulers do), so a short task's stage no longer waits behind another
 task's long stage queued before it when its SLO is the tighter one. Requests of one task keep
-their order (same SLO: deadline order is submission order). Jobs queued with :meth:`call`
-(loads, switches) go before any request; stop goes after every request already queued.
+their order (same SLO: deadline order is submission order); with
+``RuntimeOptions(deadline_queues=False)`` each queue is first in, first out instead. Jobs
+queued with :meth:`call` (loads, switches) go before any request; stop goes after every
+request already queued.
 
-**Idle lending.** A subgraph of a ``Plan.wide`` task has a wide twin beside it (one more
-thread on each core of the other processors). The worker runs a stage on the twin only when
-every other processor that is up is idle — nothing running, nothing queued, for at least
-:data:`LEND_AFTER_S` (a closed loop's next request follows the last within tens of
-microseconds; a gap that short is not idleness) — so a long chain
-borrows the cores the short tasks leave idle and never takes one a task is waiting for. A
-``Plan.wide_when_quiet`` route, whose loan would cost another task its latency SLO if a request
-arrived meanwhile, borrows only from lenders idle for :data:`QUIET_GAPS` × their mean idle gap
-(:meth:`ProcessorWorker.quiet`). The
-loan is exclusive: the wide stage holds each lender's :attr:`ProcessorWorker.core` lock, which a
-worker holds while it runs anything, so a request arriving at a lender meanwhile waits for that
-one stage instead of sharing the core with it (shared, both ran slower, and the closed loop's
-throughput swung between rounds). A wide stage counts as on profile in the online calibration:
-it is faster by design, not because the processor is.
+**Idle lending** (:mod:`sparseloom.runtime.lending`): a stage of a ``Plan.wide`` task runs
+on its wide twin, on the cores of the other processors, only while every one of them is idle.
 
 **Overflow.** A processor the plan names in ``Plan.overflow`` has a second server of its
 queue, pinned to the other processors' cores (:mod:`sparseloom.runtime.overflow`): it takes the
@@ -43,18 +33,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from sparseloom.core.types import Processor
+from sparseloom.runtime import lending
 from sparseloom.runtime.lanes import profiled_as
 from sparseloom.runtime.resident import ModelKey, ResidentModel
 from sparseloom.runtime.threads import mark_serving
 
 if TYPE_CHECKING:
     from sparseloom.runtime.faults import FaultInjector
-    from sparseloom.runtime.overflow import Overflow
     from sparseloom.runtime.request import Request
 
 #: The overflow thread looks at its queue at least this often (it is woken sooner when it must
@@ -63,16 +53,16 @@ HORIZON_S = 1.0
 #: How long a job (a load or a switch) is expected to hold a worker, for the overflow thread's
 #: test: building an ONNX Runtime session or compiling an OpenVINO model took 50–390 ms.
 JOB_S = 0.4
-#: How long a processor must have been idle before it lends its cores to a wide stage.
-LEND_AFTER_S = 0.001
-#: A quiet lender has been idle this many of its mean idle gaps. Where requests arrive as a
-#: Poisson process, idle gaps are exponential, so e^-6 ≈ 0.25 % of a lender's idle gaps last
-#: that long, and only the request ending one finds its core lent (and waits out one call).
-#: Once its tasks stop arriving (a closed loop whose short tasks are done), it lends at once.
-#: (3, e^-3 ≈ 5 %, cost the Poisson capacity search at k = 5 in an A/B: docs/plan.md.)
-QUIET_GAPS = 6.0
-#: Weight of the newest idle gap in a worker's smoothed mean (:attr:`ProcessorWorker.idle_gap_s`).
-GAP_WEIGHT = 0.1
+
+class OverflowThread(Protocol):
+    """What a worker (and its run's summary) asks of its overflow thread
+    (:class:`~sparseloom.runtime.overflow.Overflow`, which imports this module)."""
+
+    stages: int  # calls it made
+
+    def nudge(self) -> None: ...
+    def stop(self, timeout_s: float = 10.0) -> None: ...
+    def count(self, took_s: float) -> None: ...
 
 
 class StageHandler:
@@ -80,12 +70,14 @@ class StageHandler:
 
     ``workers`` (processor name → worker) are the processors a wide stage may borrow from.
     ``slos`` (task → SLO, read live) gives each request its deadline in the worker's queue;
-    a task without an SLO there is served after every task with one. ``profile`` (a
+    a task without an SLO there is served after every task with one; with
+    ``deadline_queues`` off the queues are first in, first out. ``profile`` (a
     ``ProfileTable``, or ``None``) gives each model's profiled time, which the worker's measured
     time is calibrated against.
     """
 
     slos: Mapping[str, Any] = {}
+    deadline_queues: bool = True
     profile: Any = None
     workers: Mapping[str, ProcessorWorker] = {}
 
@@ -96,22 +88,9 @@ class StageHandler:
     def borrow(self, worker: ProcessorWorker, quiet: bool = False
                ) -> list[ProcessorWorker] | None:
         """Take the :attr:`~ProcessorWorker.core` of every other processor of :attr:`workers`
-        that is up, for one wide stage of ``worker``: only when each has been idle for
-        :data:`LEND_AFTER_S` (nothing running, nothing queued) and none started meanwhile
-        (``None`` otherwise); with ``quiet``, only when each is :meth:`~ProcessorWorker.quiet`.
-        Returns the lenders, whose ``core`` locks the caller holds and releases when the stage
-        ends."""
-        lenders = [w for w in self.workers.values() if w is not worker and not w.down]
-        if not all(w.quiet() if quiet else w.idle(LEND_AFTER_S) for w in lenders):
-            return None
-        taken: list[ProcessorWorker] = []
-        for lender in lenders:
-            if not lender.core.acquire(blocking=False):
-                for held in taken:
-                    held.core.release()
-                return None
-            taken.append(lender)
-        return taken
+        that is up, for one wide stage of ``worker`` (:func:`~sparseloom.runtime.lending.
+        borrow`; ``None``: not all of them are idle, or quiet with ``quiet``)."""
+        return lending.borrow((w for w in self.workers.values() if w is not worker), quiet)
 
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
         """The profile's time of one call of model ``key`` on ``processor`` (0: unknown); a
@@ -159,7 +138,7 @@ class ProcessorWorker:
             thread and its overflow thread).
         idle_since: ``time.perf_counter()`` when it last finished something.
         idle_gap_s: its idle gaps (from finishing everything to the next arrival), smoothed
-            (weight :data:`GAP_WEIGHT` on the newest; 0 before the first).
+            (:func:`~sparseloom.runtime.lending.smoothed_gap`; 0 before the first).
         wide_stages: stages run wide, on cores the idle other processors lent.
         lent_s: seconds its cores ran another processor's wide stages (lent while idle; not
             in ``busy_s``, which is its own model calls).
@@ -190,7 +169,7 @@ class ProcessorWorker:
     idle_gap_s: float = 0.0
     wide_stages: int = 0
     lent_s: float = 0.0
-    overflow: Overflow | None = None
+    overflow: OverflowThread | None = None
     overflow_on: bool = False
     call_ends: float = 0.0
     lane_of: str | None = None
@@ -225,10 +204,15 @@ class ProcessorWorker:
         self._thread.start()
 
     def put(self, request: Request) -> None:
-        """Queue ``request`` to run its current stage here, by its deadline."""
+        """Queue ``request`` to run its current stage here, by its deadline (in arrival
+        order where the handler's ``deadline_queues`` is off: every key equal, the tie-break
+        counter orders them)."""
+        self._push(self.deadline(request) if self.handler.deadline_queues else 0.0, request)
+
+    def deadline(self, request: Request) -> float:
+        """``request``'s deadline: its submission + its task's latency SLO (``inf``: none)."""
         slo = self.handler.slos.get(request.task)
-        deadline = request.submitted_s + slo.latency_ms * 1e-3 if slo is not None else math.inf
-        self._push(deadline, request)
+        return request.submitted_s + slo.latency_ms * 1e-3 if slo is not None else math.inf
 
     def call(self, fn: Callable[[], Any]) -> None:
         """Queue ``fn`` to run on this worker's thread before the requests waiting."""
@@ -277,8 +261,7 @@ class ProcessorWorker:
                         ready.wait()
                     if self.idle_since > 0:  # an idle gap ended (one over a second counts as one)
                         gap = min(time.perf_counter() - self.idle_since, HORIZON_S)
-                        old = self.idle_gap_s
-                        self.idle_gap_s = old + GAP_WEIGHT * (gap - old) if old > 0 else gap
+                        self.idle_gap_s = lending.smoothed_gap(self.idle_gap_s, gap)
                 item = pop(heap)[2]
                 if item is _STOP:
                     return
@@ -303,11 +286,11 @@ class ProcessorWorker:
                 and time.perf_counter() - self.idle_since >= for_s)
 
     def quiet(self) -> bool:
-        """Idle for :data:`QUIET_GAPS` × its mean idle gap (and :data:`LEND_AFTER_S`): its next
-        request is unlikely to come while one wide stage holds its core (module doc)."""
-        return self.idle(max(LEND_AFTER_S, QUIET_GAPS * self.idle_gap_s))
+        """Idle long enough to lend its cores to a ``Plan.wide_when_quiet`` stage
+        (:func:`sparseloom.runtime.lending.quiet`)."""
+        return lending.quiet(self)
 
-    def serve(self, request: Request, overflow: Overflow | None = None) -> None:
+    def serve(self, request: Request, overflow: OverflowThread | None = None) -> None:
         """Run ``request``'s stages while they are on this processor (on the ``overflow``
         thread when given: no wide twin, and its calls counted there, not as this worker's).
 
@@ -346,6 +329,7 @@ class ProcessorWorker:
                 if timed:
                     self.call_ends = start + (model.took_s if model.took_s > 0 else profiled)
                     heap = self._heap  # those waiting behind this call, due soon: late now?
+                    # (first-in-first-out queues key every request 0: always looked at)
                     if heap and heap[0][0] < start + HORIZON_S and self.overflow is not None:
                         with self.mutex:
                             self.overflow.nudge()

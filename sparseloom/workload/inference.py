@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sparseloom.core.errors import BackendError, ConfigError
 from sparseloom.core.processors import get_backend, get_processor
 from sparseloom.core.types import Processor
+from sparseloom.workload.model_source import resolve_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,8 +54,6 @@ def model_tensors(loaded: Any, model: onnx.ModelProto | str | os.PathLike[str]
     inputs, outputs = getattr(loaded, "inputs", None), getattr(loaded, "outputs", None)
     if inputs is not None and outputs is not None:
         return tuple(inputs), tuple(outputs)
-    from sparseloom.plugins.backends._common import resolve_model
-
     source = resolve_model(model)
     by_name = {spec.name: spec for spec in (*source.inputs, *source.outputs)}
     try:

@@ -1,4 +1,4 @@
-"""Every bad input ends in one clear line (issue #14): each command, run as a user would (a
+"""Every bad input ends in one clear line: each command, run as a user would (a
 subprocess), with unusable locations, corrupt caches, meaningless data, path-like names and
 loose options. A refusal exits non-zero with exactly one ``Error:`` line; a questionable but
 runnable input succeeds with a ``Warning:`` line; nothing prints a traceback.

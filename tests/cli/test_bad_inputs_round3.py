@@ -1,4 +1,4 @@
-"""Bad input, round 3 (issue #24), run as a user would: contract bugs a third party hits,
+"""Bad input, round 3, run as a user would: contract bugs a third party hits,
 numbers and modes, exit codes. The helpers are those of :mod:`tests.cli.test_bad_inputs`: a
 refusal exits non-zero with exactly one ``Error:`` line and no traceback.
 """

@@ -1,4 +1,4 @@
-"""A third-party plugin that raises is contained (issue #24, class 1), run as a user would.
+"""A third-party plugin that raises is contained, run as a user would.
 
 The plugins of :mod:`tests.plugins.failing` are installed as a distribution and autoloaded.
 Each failure is one ``Error:`` line naming the plugin, its distribution and what it raised;

@@ -98,7 +98,7 @@ def test_ctrl_c_drains_and_prints_the_summary(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
     assert "Traceback" not in stderr, stderr[-2000:]
-    assert process.returncode == 130, stderr[-2000:]  # the shell's code for SIGINT (#24, 7)
+    assert process.returncode == 130, stderr[-2000:]  # the shell's code for SIGINT
     summary = json.loads(stdout)
     assert summary["submitted"] == summary["completed"] + summary["failed"] > 0
     assert summary["valid"] is False

@@ -1,4 +1,4 @@
-"""``make_plan`` hands a policy what the ``PlacementPolicy`` protocol promises (issue #24, 2)."""
+"""``make_plan`` hands a policy what the ``PlacementPolicy`` protocol promises."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparseloom.plan.lanes import lane_choice, laneable
-from sparseloom.plugins.policies.loaded import Option
+from sparseloom.plan.lanes import Option, lane_choice, laneable
 from sparseloom.profile.table import ProfileTable
 from tests.plan.tables import task_profile
 

@@ -8,7 +8,7 @@ from sparseloom.profile.features import default_sample_count
 
 
 @pytest.mark.parametrize(("variants", "positions", "expected"), [
-    (10, 2, 80),    # the bundled zoos: 80 of 100 (docs/results.md, table 2)
+    (10, 2, 80),    # the bundled zoos: 80 of 100 (docs/results.md, *Estimator routes*)
     (10, 3, 120),   # the paper's S = 3: 120 of 1,000, linear in S·V
     (4, 2, 12),     # capped at 80% of 16
     (3, 2, 7),      # capped at 80% of 9, but never below 6

@@ -28,7 +28,7 @@ def _overall(mape: float, baseline: float) -> dict:
 
 
 def test_latency_goal_is_not_met_when_the_mean_predicts_better() -> None:
-    # tiny's case in issue #14: MAPE 6% below the paper's 8.9%, but the mean alone gets 5%.
+    # tiny's case: MAPE 6% below the paper's 8.9%, but the mean alone gets 5%.
     assert not _goals(_overall(0.06, 0.05))["latency_mape"]["met"]
     assert _goals(_overall(0.06, 0.20))["latency_mape"]["met"]
 

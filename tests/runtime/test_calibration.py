@@ -1,10 +1,21 @@
-"""A violation-free switch driven by online calibration, end to end on a real runtime.
+"""Online calibration of the processors, end to end on a real runtime (OpenVINO and ONNX Runtime
+serving the two-task workload's stitched ONNX subgraphs).
 
 One processor is slowed on purpose (a fault-injecting double wraps its models' runners with a
-sleep): the workers' measured service time moves the plan off it — once — and when the
-processor recovers, what the policy learned of it returns to the profile. (Whether the plan then
-moves back depends on the profile's latencies of this small model, whose differences are within
-the machine's noise: not asserted.)
+sleep of :data:`FAULT_S`, hundreds of times this tiny model's profiled call of tens of
+microseconds). The contract checked (module docs of :mod:`sparseloom.plan.calibration` and
+:mod:`sparseloom.plan.policy`): the workers' measured service time reaches the policy, whose
+first plan after the fault moves stages off the slowed processor, until it carries none (every
+SLO is loose: no violation can move the plan, only the measurement); once the processor
+recovers, what the policy learned of it is forgotten (its factor decays while no stage runs
+there, or is measured again at its recovered speed).
+
+Margins are wide on purpose: the fault dwarfs the noise of a shared 2-core machine (the measured
+time of a tens-of-microseconds call includes waiting for the GIL after it), and nothing is
+compared with a factor measured before the fault. The plan may reach the other processor in one
+plan or in two (a first, partly measured slowdown can make splitting the tasks best); whether it
+moves back to the recovered processor depends on this small model's profiled latencies, whose
+differences are within the machine's noise: neither is asserted.
 """
 
 from __future__ import annotations
@@ -14,9 +25,12 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-import pytest
-
 from sparseloom.core.types import SLO
+
+#: Seconds the fault adds to every model call on the slowed processor.
+FAULT_S = 0.02
+#: The policy's recovery half-life here (seconds; 2 by default), short to keep the test short.
+HALF_LIFE_S = 0.5
 
 
 class SlowRunnerFault:
@@ -44,22 +58,8 @@ def _wait(condition: Any, timeout_s: float) -> bool:
     return False
 
 
-@pytest.mark.skip(reason=(
-    "timing-dependent on a shared 2-core machine: in a fresh-clone CI run it failed about one "
-    "run in three (the plan did not move within 20 s, or the factor stayed above 3x its usual "
-    "value); the logic is covered by tests/plan/test_policy.py and tests/runtime/"
-    "test_switching.py; delete this mark to run it"))
-def test_a_slowed_processor_moves_the_plan_once_and_recovers(
+def test_a_slowed_processor_is_left_by_the_next_plan_and_forgotten_once_it_recovers(
         two_tasks: tuple[Any, Any]) -> None:
-    # Timing on a shared 2-core machine: a second attempt absorbs one disturbed run; a real
-    # regression fails both.
-    try:
-        _slowed_processor_scenario(two_tasks)
-    except AssertionError:
-        _slowed_processor_scenario(two_tasks)
-
-
-def _slowed_processor_scenario(two_tasks: tuple[Any, Any]) -> None:
     from sparseloom.plugins.policies.loaded import LoadedPolicy
     from sparseloom.runtime import switching
     from sparseloom.runtime.executor import Runtime
@@ -70,8 +70,8 @@ def _slowed_processor_scenario(two_tasks: tuple[Any, Any]) -> None:
     workload, profile = two_tasks
     processors = profile_processors(profile)
     names = [p.name for p in processors]
-    slos = {name: SLO(0.0, 1000.0) for name in profile.tasks}
-    policy = LoadedPolicy(recovery_half_life_s=0.5)
+    slos = {name: SLO(0.0, 1000.0) for name in profile.tasks}  # never violated
+    policy = LoadedPolicy(recovery_half_life_s=HALF_LIFE_S)
     plan = policy.plan(list(profile.tasks), profile, names, slos)
     tasks = [RuntimeTask(workload.task(n), load_zoo(zoo_directory(
         profile.meta["zoo_hashes"][n]), verify=False), slos[n]) for n in profile.tasks]
@@ -87,40 +87,60 @@ def _slowed_processor_scenario(two_tasks: tuple[Any, Any]) -> None:
             done.result(timeout=30)
             row += 1
 
-    clients = [threading.Thread(target=client, args=(t,), daemon=True) for t in profile.tasks]
+    def factor(processor: str) -> float:
+        return policy._calibration.processor_factor(processor, time.monotonic())
 
+    clients = [threading.Thread(target=client, args=(t,), daemon=True) for t in profile.tasks]
     try:
         for thread in clients:
             thread.start()
         # The (fast, 3-repeat) profile is corrected by what the workers measure: on a steady
-        # load that may move the plan, at most twice, then it settles.
-        for _ in range(3):  # settled: no plan applied for a whole dwell (2 s)
+        # load that may move the plan. Wait (a while, not forever) for a whole dwell (2 s)
+        # without a plan applied (nor a switch still pending), so that the fault meets a
+        # settled plan.
+        for _ in range(4):
             version = runtime.plan_version
             time.sleep(2.1)
             if runtime.plan_version == version and all(
                     s.pending is None for s in runtime.states.values()):
                 break
-        steady = runtime.plan_version  # +1 per plan applied (a plan may move several tasks)
-        assert steady <= 2, [e.to_route for e in runtime.switches]
-        # The processor the settled plan loads most: slowing it makes the other worth using.
+        # The processor the plan loads most: slowing it makes the other worth using.
         slowed = max(names, key=lambda n: _stages_on(runtime, n))
-        before = _stages_on(runtime, slowed)
-        # What the workers measure of this tiny model before the fault (their measured time
-        # includes waiting for the GIL after each call: several times its profiled 0.03 ms).
-        usual = policy._calibration.processor_factor(slowed, time.monotonic())
+        before, at_fault = _stages_on(runtime, slowed), runtime.plan_version
+        assert before > 0
         worker = runtime.workers[slowed]
         originals = {key: model.runner for key, model in worker.models.items()}
         for model in worker.models.values():
-            model.runner = SlowRunnerFault(model.runner, 0.005)
-        assert _wait(lambda: _stages_on(runtime, slowed) < before, 20), "the plan did not move"
-        assert runtime.plan_version == steady + 1, [e.to_route for e in runtime.switches]
+            model.runner = SlowRunnerFault(model.runner, FAULT_S)
+        peak = [1.0]  # the policy's factor on the slowed processor, highest yet
+
+        def off(most: int) -> bool:
+            peak[0] = max(peak[0], factor(slowed))
+            return _stages_on(runtime, slowed) <= most
+
+        assert _wait(lambda: off(before - 1), 30), \
+            f"the plan kept {before} stages on the slowed {slowed} for 30 s"
+        # The plan applied first after the fault is the one that moved them (+1 per plan).
+        assert runtime.plan_version == at_fault + 1, [e.to_route for e in runtime.switches]
+        assert _wait(lambda: off(0), 30), \
+            f"the plan kept {_stages_on(runtime, slowed)} stages on the slowed {slowed}"
         for key, model in worker.models.items():  # the processor recovers
             model.runner = originals[key]
-        # It recovers: what the policy has learned of it comes back to its profile (the
-        # measured factor is replaced as the plan probes it again, or decays while unused).
-        limit = 3.0 * max(usual, 1.0)  # the fault made it ~150× (5 ms on a 0.03 ms call)
-        assert _wait(lambda: policy._calibration.processor_factor(slowed, time.monotonic())
-                     < limit, 20), "the slowed processor's factor did not recover"
+        # The policy learned the fault (hundreds of times the profile) ...
+        assert peak[0] > 10, peak[0]
+
+        def forgotten() -> bool:
+            # ... and forgets it: down to a quarter of the highest factor it learned. While
+            # no stage runs there that is two half-lives after the last (the requests in
+            # flight when the plan moved end on it, and a feedback delayed by the switch's
+            # loads may still report them); if a later plan probes it, it is measured again
+            # at its recovered speed.
+            now = factor(slowed)
+            peak[0] = max(peak[0], now)
+            return now < 1.0 + (peak[0] - 1.0) / 4
+
+        assert _wait(forgotten, 10), \
+            f"the slowed processor's factor stayed at {factor(slowed):.1f} (peak {peak[0]:.1f})"
     finally:
         stop.set()
         for thread in clients:

@@ -55,6 +55,31 @@ def test_the_heap_is_frozen_while_any_runtime_serves(two_tasks: tuple[Any, Any])
     assert SERVING_HEAP.serving == 0 and gc.get_freeze_count() == 0
 
 
+def test_with_freeze_heap_off_nothing_is_frozen_while_serving(two_tasks: tuple[Any, Any]
+                                                              ) -> None:
+    from sparseloom.runtime.options import RuntimeOptions
+
+    workload, profile = two_tasks
+    names = list(profile.tasks)
+    garbage = _Cycle()
+    alive = weakref.ref(garbage)
+    del garbage
+    survivors = SurvivorFreeze(floor=1)
+    try:
+        with Server(workload, profile, slos=dict.fromkeys(names, LOOSE),
+                    options=RuntimeOptions(freeze_heap=False)) as server:
+            assert server.infer(names[0], eval_row(workload.task(names[0]), 0)) is not None
+            assert SERVING_HEAP.serving == 1 and gc.get_freeze_count() == 0
+            survivors.install()  # as the console script installs its own
+            gc.collect()  # walks the whole heap: the cycle from before serving is freed now
+            assert alive() is None
+            # It serves, so the survivor freeze froze nothing after that collection either.
+            assert gc.get_freeze_count() == 0 and survivors.compactions == 0
+    finally:
+        survivors.remove()
+    assert SERVING_HEAP.serving == 0 and gc.get_freeze_count() == 0
+
+
 def test_garbage_from_before_serving_is_collected_after_it() -> None:
     garbage = _Cycle()
     alive = weakref.ref(garbage)

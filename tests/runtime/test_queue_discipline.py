@@ -1,4 +1,5 @@
-"""A processor's queue serves the earliest deadline first (submission + the task's latency SLO).
+"""A processor's queue serves the earliest deadline first (submission + the task's latency SLO),
+or first in, first out with ``RuntimeOptions(deadline_queues=False)``.
 
 Real runtime, real models: two digit tasks whose whole chains run on one processor; the worker
 is held busy while requests of both tasks queue, then released.
@@ -12,7 +13,8 @@ from typing import Any
 from sparseloom.core.types import SLO, StitchedVariant
 
 
-def _runtime_on_one_processor(two_tasks: tuple[Any, Any], slos: dict[str, SLO]) -> Any:
+def _runtime_on_one_processor(two_tasks: tuple[Any, Any], slos: dict[str, SLO],
+                              options: Any = None) -> Any:
     from sparseloom.runtime import switching
     from sparseloom.runtime.executor import Runtime
     from sparseloom.runtime.models import RuntimeTask
@@ -25,7 +27,7 @@ def _runtime_on_one_processor(two_tasks: tuple[Any, Any], slos: dict[str, SLO]) 
     processors = profile_processors(profile)
     tasks = [RuntimeTask(workload.task(name), load_zoo(zoo_directory(
         profile.meta["zoo_hashes"][name]), verify=False), slos[name]) for name in profile.tasks]
-    runtime = Runtime(tasks, processors)
+    runtime = Runtime(tasks, processors, options=options)
     where = processors[0].name
     routes = {name: Route(StitchedVariant(name, (0, 0)), (where, where))
               for name in profile.tasks}
@@ -71,5 +73,29 @@ def test_equal_deadlines_are_served_in_submission_order(two_tasks: tuple[Any, An
         assert runtime.drain(30) == 0
         order = sorted(submitted, key=lambda r: r.finished_s)
         assert [r.request_id for r in order] == [r.request_id for r in submitted]
+    finally:
+        runtime.stop()
+
+
+def test_with_deadline_queues_off_the_queue_is_first_in_first_out(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime.executor import RuntimeOptions
+
+    relaxed, urgent = "digits_a", "digits_b"
+    slos = {relaxed: SLO(0.5, 10_000.0), urgent: SLO(0.5, 1.0)}
+    runtime, where = _runtime_on_one_processor(two_tasks, slos,
+                                               RuntimeOptions(deadline_queues=False))
+    gate = threading.Event()
+    try:
+        runtime.workers[where].call(lambda: gate.wait(10))
+        early = [runtime.submit(relaxed, row) for row in range(3)]
+        late = [runtime.submit(urgent, row) for row in range(3)]
+        gate.set()
+        assert runtime.drain(30) == 0
+        order = sorted(early + late, key=lambda r: r.finished_s)
+        # The same requests as the earliest-deadline test: the urgent ones, queued last,
+        # now wait behind every relaxed one.
+        assert [r.request_id for r in order] == [r.request_id for r in early + late]
+        assert all(r.status == "completed" for r in order)
     finally:
         runtime.stop()

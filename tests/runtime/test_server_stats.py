@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from sparseloom.core.types import SLO, StitchedVariant
+from sparseloom.runtime.live import LIVE_REQUESTS, task_view
 from sparseloom.runtime.request import Route
-from sparseloom.runtime.stats import LIVE_REQUESTS, TaskCounters, task_view
+from sparseloom.runtime.stats import TaskCounters
 
 ROUTE = Route(StitchedVariant("t", (0, 1)), ("a", "b"))
 

@@ -164,6 +164,29 @@ def test_feedback_reaches_the_policy_and_its_answer_is_applied(tiny: tuple[Any, 
     assert set(served[:switched_at]) == {(0, 0)} and set(served[switched_at:]) == {(1, 1)}
 
 
+def test_with_feedback_off_the_policy_is_never_asked_and_the_first_plan_serves(
+        tiny: tuple[Any, Any]) -> None:
+    from sparseloom.core.types import Plan, StitchedVariant
+
+    _, profile = tiny
+    order = profile.processors[:profile.task("tiny").n_positions]
+    first = Plan("scripted", order, {"tiny": StitchedVariant("tiny", (0, 0))})
+    then = Plan("scripted", order, {"tiny": StitchedVariant("tiny", (1, 1))})
+    policy = ScriptedPolicy(first, then)
+    # The previous test's setting, in which the policy is asked and switches after a window.
+    runtime, _ = _runtime(tiny, policy, {"tiny": SLO(0.0, 0.001)}, budget=None,
+                          options=RuntimeOptions(window=10, feedback=False))
+    try:
+        load = offer(runtime, LoadSpec("closed", queries=300))
+        assert runtime.control.wait_idle(30)
+        assert not load.interrupted and runtime.completed == 300
+        assert runtime.states["tiny"].monitor.violated()  # every window missed the SLO
+    finally:
+        runtime.stop()
+    assert policy.seen == [] and list(runtime.feedbacks) == [] and not runtime.switches
+    assert {r.route.variant.choices for r in runtime.finished} == {(0, 0)}
+
+
 def test_a_tightened_slo_switches_the_variant_and_counts_its_load(tiny: tuple[Any, Any]
                                                                   ) -> None:
     from sparseloom.core.types import Plan, StitchedVariant

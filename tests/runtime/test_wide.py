@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sparseloom.core.types import SLO, StitchedVariant
-from sparseloom.runtime.worker import LEND_AFTER_S, QUIET_GAPS
+from sparseloom.runtime.lending import LEND_AFTER_S, QUIET_GAPS
 from tests.runtime.support import answers_in_turn
 
 

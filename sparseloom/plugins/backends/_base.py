@@ -10,13 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from sparseloom.core.errors import BackendError
 from sparseloom.plugins.backends import _memory, _worker
-from sparseloom.plugins.backends._common import (
-    LoadedModel,
-    ModelSource,
-    notify_and_raise,
-    resolve_model,
-    validate_inputs,
-)
+from sparseloom.plugins.backends._common import LoadedModel, notify_and_raise, validate_inputs
+from sparseloom.workload.model_source import ModelSource, resolve_model
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor

@@ -33,9 +33,9 @@ from sparseloom.plugins.backends._common import (
     notify_and_raise,
     record_devices,
     recorded_devices,
-    resolve_model,
     stock_defaults,
 )
+from sparseloom.workload.model_source import resolve_model
 
 if TYPE_CHECKING:
     import onnx

@@ -39,24 +39,13 @@ __all__ = [
 
 @hookimpl
 def sparseloom_register_compressors(register: RegisterFn) -> None:
-    """Register the four built-in compressors under their kind names."""
-    register(
-        "unstructured", UnstructuredPruner,
-        description="magnitude pruning: zero the smallest Conv/Gemm/MatMul weights (global)",
-        capabilities=("unstructured",),
-    )
-    register(
-        "structured", StructuredPruner,
-        description="remove conv channels / FFN neurons inside a subgraph (shapes shrink)",
-        capabilities=("structured",),
-    )
-    register(
-        "int8", Int8Quantizer,
-        description="static INT8 QDQ quantization (per-channel weights, calibrated)",
-        capabilities=("int8",),
-    )
-    register(
-        "fp16", Fp16Converter,
-        description="float16 weights and compute with float32 boundaries",
-        capabilities=("fp16",),
-    )
+    """Register the four built-in compressors under their kind names (each is its capability)."""
+    for kind, factory, description in (
+        ("unstructured", UnstructuredPruner,
+         "magnitude pruning: zero the smallest Conv/Gemm/MatMul weights (global)"),
+        ("structured", StructuredPruner,
+         "remove conv channels / FFN neurons inside a subgraph (shapes shrink)"),
+        ("int8", Int8Quantizer, "static INT8 QDQ quantization (per-channel weights, calibrated)"),
+        ("fp16", Fp16Converter, "float16 weights and compute with float32 boundaries"),
+    ):
+        register(kind, factory, description=description, capabilities=(kind,))

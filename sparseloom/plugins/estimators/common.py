@@ -87,19 +87,23 @@ class TreeAccuracyEstimator:
         return np.clip(np.asarray(self._model.predict(x), dtype=np.float64), 0.0, 1.0)
 
 
-def xgboost_params(*, n_estimators: int, max_depth: int, learning_rate: float, seed: int,
-                   **params: Any) -> dict[str, Any]:
-    """The tree settings every built-in XGBoost estimator shares (one thread, ``hist``);
-    ``params`` add to or override them."""
+def xgboost_params(*, n_estimators: int = 400, max_depth: int = 3, learning_rate: float = 0.05,
+                   seed: int = 0, **params: Any) -> dict[str, Any]:
+    """The tree settings every built-in XGBoost estimator shares, regression and ranking alike:
+    400 trees of depth 3 at learning rate 0.05 (tens of training rows), one thread (profiling
+    shares the machine with the processors it measures), ``hist``; ``params`` add to or
+    override them and go to the XGBoost model as they are."""
     return {"n_estimators": n_estimators, "max_depth": max_depth,
             "learning_rate": learning_rate, "reg_lambda": 1.0, "tree_method": "hist",
             "n_jobs": 1, "random_state": seed, **params}
 
 
-def lightgbm_params(*, n_estimators: int, num_leaves: int, learning_rate: float,
-                    min_child_samples: int, seed: int, **params: Any) -> dict[str, Any]:
-    """The small-data settings every built-in LightGBM estimator shares (its defaults grow no
-    tree on a few dozen rows); ``params`` add to or override them."""
+def lightgbm_params(*, n_estimators: int = 400, num_leaves: int = 8, learning_rate: float = 0.05,
+                    min_child_samples: int = 2, seed: int = 0, **params: Any) -> dict[str, Any]:
+    """The small-data settings every built-in LightGBM estimator shares, regression and ranking
+    alike: LightGBM's defaults (``min_child_samples=20``) grow no tree on a few dozen rows, so
+    leaves and bins may be small; ``params`` add to or override them and go to the LightGBM
+    model as they are."""
     return {"n_estimators": n_estimators, "num_leaves": num_leaves,
             "learning_rate": learning_rate, "min_child_samples": min_child_samples,
             "min_data_in_bin": 1, "min_split_gain": 0.0, "reg_lambda": 1.0,

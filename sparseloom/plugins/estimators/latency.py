@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from sparseloom.core.types import StitchedVariant
     from sparseloom.profile.table import ProfileTable
 
+#: Stitched variants' choices, one row (S,) per variant.
+Choices = np.ndarray | Sequence[Sequence[int]]
+#: Processor orders, one per variant (n, S) or one for all (S,): names or profile indices.
+Orders = np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]]
+
 
 class AdditiveLatencyEstimator:
     """Sum of per-subgraph median latencies on their processors, plus hand-off costs.
@@ -41,11 +46,7 @@ class AdditiveLatencyEstimator:
         return float(self.predict_many(stitched.task, [stitched.choices], [order], profile)[0])
 
     def predict_many(
-        self,
-        task: str,
-        choices: np.ndarray | Sequence[Sequence[int]],
-        orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
-        profile: ProfileTable,
+        self, task: str, choices: Choices, orders: Orders, profile: ProfileTable
     ) -> np.ndarray:
         """Vectorised :meth:`predict`: ``choices`` (n, S) under ``orders`` (n, S) or (S,)."""
         table = profile.task(task)
@@ -71,12 +72,8 @@ class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
         self.coefficients: dict[str, tuple[float, float]] = {}
 
     def fit(
-        self,
-        task: str,
-        choices: np.ndarray | Sequence[Sequence[int]],
-        orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
-        measured_ms: np.ndarray | Sequence[float],
-        profile: ProfileTable,
+        self, task: str, choices: Choices, orders: Orders,
+        measured_ms: np.ndarray | Sequence[float], profile: ProfileTable,
     ) -> None:
         """Fit ``measured ≈ a · additive + b`` for ``task`` by least squares."""
         additive = super().predict_many(task, choices, orders, profile)
@@ -95,11 +92,7 @@ class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
         self.coefficients[task] = (float(scale), float(offset))
 
     def predict_many(
-        self,
-        task: str,
-        choices: np.ndarray | Sequence[Sequence[int]],
-        orders: np.ndarray | Sequence[Sequence[str]] | Sequence[Sequence[int]],
-        profile: ProfileTable,
+        self, task: str, choices: Choices, orders: Orders, profile: ProfileTable
     ) -> np.ndarray:
         """The corrected additive estimate (the table's correction for tasks not fitted here)."""
         additive = super().predict_many(task, choices, orders, profile)
@@ -112,15 +105,9 @@ class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
 @hookimpl
 def sparseloom_register_estimators(register: RegisterFn) -> None:
     """Register the ``additive`` and ``additive-fitted`` latency estimators."""
-    register(
-        "additive",
-        AdditiveLatencyEstimator,
-        description="Σ per-subgraph latency on its processor + measured hand-offs",
-        capabilities=("latency",),
-    )
-    register(
-        "additive-fitted",
-        FittedAdditiveLatencyEstimator,
-        description="additive, with a per-task linear correction fitted on measured chains",
-        capabilities=("latency",),
-    )
+    for factory, description in (
+        (AdditiveLatencyEstimator, "Σ per-subgraph latency on its processor + measured hand-offs"),
+        (FittedAdditiveLatencyEstimator,
+         "additive, with a per-task linear correction fitted on measured chains"),
+    ):
+        register(factory.name, factory, description=description, capabilities=("latency",))

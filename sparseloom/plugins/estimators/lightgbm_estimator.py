@@ -15,27 +15,16 @@ from sparseloom.plugins.estimators.common import (
 class LightGBMAccuracyEstimator(TreeAccuracyEstimator):
     """Regresses a stitched variant's metric on its per-position features with LightGBM.
 
-    LightGBM's defaults (``min_child_samples=20``) would grow no tree at all on a few dozen
-    rows, so leaves and bins are allowed to be small. Extra options go to ``LGBMRegressor``.
+    :param min_samples: the fewest measured stitched variants it trains on.
+    :param options: ``n_estimators``, ``num_leaves``, ``learning_rate``, ``min_child_samples``,
+        ``seed`` (defaults: :func:`~sparseloom.plugins.estimators.common.lightgbm_params`, small
+        leaves and bins for a few dozen rows), and any other ``LGBMRegressor`` option.
     """
 
     name = "lightgbm"
 
-    def __init__(
-        self,
-        *,
-        n_estimators: int = 400,
-        num_leaves: int = 8,
-        learning_rate: float = 0.05,
-        min_child_samples: int = 2,
-        min_samples: int = MIN_TRAINING_SAMPLES,
-        seed: int = 0,
-        **params: Any,
-    ) -> None:
-        options = lightgbm_params(n_estimators=n_estimators, num_leaves=num_leaves,
-                                  learning_rate=learning_rate,
-                                  min_child_samples=min_child_samples, seed=seed, **params)
-        super().__init__(options, min_samples)
+    def __init__(self, *, min_samples: int = MIN_TRAINING_SAMPLES, **options: Any) -> None:
+        super().__init__(lightgbm_params(**options), min_samples)
 
     def make_model(self) -> Any:
         """An unfitted :class:`lightgbm.LGBMRegressor` with this estimator's parameters."""

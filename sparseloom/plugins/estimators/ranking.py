@@ -105,27 +105,17 @@ class RankingAccuracyEstimator:
 class XGBoostRankingEstimator(RankingAccuracyEstimator):
     """XGBoost learning to rank (``rank:pairwise`` by default; ``rank:ndcg`` as ``xgboost-ndcg``).
 
-    The tree settings are the ``xgboost`` regression's (400 × depth 3, lr 0.05, one thread);
-    extra keyword options go to :class:`xgboost.XGBRanker`.
+    The tree settings are the ``xgboost`` regression's, from the same
+    :func:`~sparseloom.plugins.estimators.common.xgboost_params` (400 × depth 3, lr 0.05, one
+    thread); other keyword options go to :class:`xgboost.XGBRanker`.
     """
 
     name = "xgboost-rank"
 
-    def __init__(
-        self,
-        *,
-        objective: str = "rank:pairwise",
-        n_estimators: int = 400,
-        max_depth: int = 3,
-        learning_rate: float = 0.05,
-        min_samples: int = MIN_TRAINING_SAMPLES,
-        seed: int = 0,
-        **params: Any,
-    ) -> None:
-        options = xgboost_params(n_estimators=n_estimators, max_depth=max_depth,
-                                 learning_rate=learning_rate, seed=seed, objective=objective,
-                                 min_child_weight=0.0, **params)
-        super().__init__(options, min_samples, graded=objective != "rank:pairwise")
+    def __init__(self, *, objective: str = "rank:pairwise",
+                 min_samples: int = MIN_TRAINING_SAMPLES, **options: Any) -> None:
+        params = xgboost_params(objective=objective, **{"min_child_weight": 0.0, **options})
+        super().__init__(params, min_samples, graded=objective != "rank:pairwise")
 
     def make_model(self) -> Any:
         """An unfitted :class:`xgboost.XGBRanker` with this estimator's parameters."""
@@ -145,25 +135,13 @@ class XGBoostNDCGEstimator(XGBoostRankingEstimator):
 
 class LightGBMRankingEstimator(RankingAccuracyEstimator):
     """LightGBM ``lambdarank`` on percentile grades, with the ``lightgbm`` regression's small-data
-    settings (8 leaves, ``min_child_samples=2``); extra options go to ``LGBMRanker``."""
+    settings from the same :func:`~sparseloom.plugins.estimators.common.lightgbm_params` (8
+    leaves, ``min_child_samples=2``); other options go to ``LGBMRanker``."""
 
     name = "lightgbm-rank"
 
-    def __init__(
-        self,
-        *,
-        n_estimators: int = 400,
-        num_leaves: int = 8,
-        learning_rate: float = 0.05,
-        min_child_samples: int = 2,
-        min_samples: int = MIN_TRAINING_SAMPLES,
-        seed: int = 0,
-        **params: Any,
-    ) -> None:
-        options = lightgbm_params(n_estimators=n_estimators, num_leaves=num_leaves,
-                                  learning_rate=learning_rate,
-                                  min_child_samples=min_child_samples, seed=seed, **params)
-        super().__init__(options, min_samples, graded=True)
+    def __init__(self, *, min_samples: int = MIN_TRAINING_SAMPLES, **options: Any) -> None:
+        super().__init__(lightgbm_params(**options), min_samples, graded=True)
 
     def make_model(self) -> Any:
         """An unfitted :class:`lightgbm.LGBMRanker` with this estimator's parameters."""

@@ -15,27 +15,18 @@ from sparseloom.plugins.estimators.common import (
 class XGBoostAccuracyEstimator(TreeAccuracyEstimator):
     """Regresses a stitched variant's metric on its per-position features with XGBoost.
 
-    The defaults suit the tens of training rows a zoo gives: shallow trees, a slow learning
-    rate and one thread (profiling shares the machine with the processors being measured).
-    Extra keyword options go to :class:`xgboost.XGBRegressor`.
+    :param min_samples: the fewest measured stitched variants it trains on.
+    :param options: ``n_estimators``, ``max_depth``, ``learning_rate``, ``seed`` (defaults:
+        :func:`~sparseloom.plugins.estimators.common.xgboost_params`: shallow trees, a slow
+        learning rate and one thread for the tens of training rows a zoo gives), and any other
+        :class:`xgboost.XGBRegressor` option.
     """
 
     name = "xgboost"
 
-    def __init__(
-        self,
-        *,
-        n_estimators: int = 400,
-        max_depth: int = 3,
-        learning_rate: float = 0.05,
-        min_samples: int = MIN_TRAINING_SAMPLES,
-        seed: int = 0,
-        **params: Any,
-    ) -> None:
-        options = xgboost_params(n_estimators=n_estimators, max_depth=max_depth,
-                                 learning_rate=learning_rate, seed=seed, min_child_weight=1.0,
-                                 subsample=1.0, **params)
-        super().__init__(options, min_samples)
+    def __init__(self, *, min_samples: int = MIN_TRAINING_SAMPLES, **options: Any) -> None:
+        params = xgboost_params(**{"min_child_weight": 1.0, "subsample": 1.0, **options})
+        super().__init__(params, min_samples)
 
     def make_model(self) -> Any:
         """An unfitted :class:`xgboost.XGBRegressor` with this estimator's parameters."""

@@ -93,7 +93,7 @@ from sparseloom.plan.feasible import (
     choice_accuracy,
     order_text,
 )
-from sparseloom.plan.lanes import installed_backend, lane_choice, laneable
+from sparseloom.plan.lanes import Option, installed_backend, lane_choice, laneable
 from sparseloom.plan.orders import handoff_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
@@ -105,33 +105,6 @@ BEAM = 256
 #: Chains shorter than this never borrow cores: on the bundled sub-millisecond models two
 #: threads measured 0.65–0.9× of one (waking a thread per operator costs more than it saves).
 WIDE_MIN_CHAIN_MS = 2.0
-
-
-@attrs.frozen
-class Option:
-    """One way to serve a task: a stitched-variant row under a placement.
-
-    Attributes:
-        row: the stitched-variant row.
-        placement: the processor index of each position.
-        work_ms: summed stage time on each processor, (P,).
-        chain_ms: the isolated chain latency (stages + hand-offs, chain-fitted).
-        longest_ms: the longest time one request holds each processor, (P,) (0 where unused):
-            consecutive stages on one processor run in place, so they count as one.
-        uses: whether the chain runs on each processor, (P,).
-        longest_stage_ms: the longest single stage of the chain.
-        served_accuracy: the metric measured for ``row`` served on ``placement``'s processor
-            (:func:`served_options`); ``None`` for an option read from the faithful profile.
-    """
-
-    row: int
-    placement: tuple[int, ...]
-    work_ms: np.ndarray = attrs.field(eq=False)
-    chain_ms: float
-    longest_ms: np.ndarray = attrs.field(eq=False)
-    uses: np.ndarray = attrs.field(eq=False)
-    longest_stage_ms: float
-    served_accuracy: float | None = None
 
 
 def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],

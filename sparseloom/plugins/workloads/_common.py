@@ -56,17 +56,6 @@ def seeded_generators(seed: int) -> tuple[torch.Generator, np.random.Generator]:
     return seed_everything(seed), np.random.default_rng(seed)
 
 
-def run_build(
-    build: Callable[[Mapping[str, Any], Path, bool], dict[str, Any]],
-    config: Mapping[str, Any],
-    out_dir: Path,
-    progress: bool,
-) -> dict[str, Any]:
-    """``build(config, out_dir, progress)`` inside :func:`torch_threads`."""
-    with torch_threads():
-        return build(config, out_dir, progress)
-
-
 def progress_bar(iterable: Iterable[Any], *, total: int | None, desc: str, enabled: bool) -> Any:
     """A tqdm bar on stderr (or the bare iterable when progress is off)."""
     if not enabled:
@@ -241,6 +230,33 @@ def export_task(
     """Export ``model`` (output ``logits``) to ``out_dir/model.onnx``, then its data files."""
     export_onnx(model, example, ["logits"], out_dir / "model.onnx")
     save_task_files(out_dir, eval_inputs, labels, calibration_inputs)
+
+
+def train_and_export_classifier(
+    out_dir: Path,
+    model: nn.Module,
+    input_name: str,
+    train: tuple[np.ndarray, np.ndarray],
+    evaluation: tuple[np.ndarray, np.ndarray],
+    calibration: np.ndarray,
+    config: Mapping[str, Any],
+    *,
+    generator: torch.Generator,
+    progress: bool,
+    desc: str,
+) -> dict[str, Any]:
+    """Train a one-input classifier on ``train`` (rows, labels) with cross-entropy and
+    ``config``'s ``epochs``, ``batch_size`` and ``lr``; export it with the ``evaluation`` and
+    ``calibration`` rows (:func:`export_task`). Returns the start of the build's meta: metric
+    ``accuracy`` and the ``torch_metric`` on ``evaluation`` before export."""
+    train_x = torch.from_numpy(np.ascontiguousarray(train[0]))
+    train_from_config(model, [train_x], torch.from_numpy(train[1]), config,
+                      generator=generator, progress=progress, desc=desc)
+    eval_x, eval_y = evaluation
+    torch_metric = accuracy(model, [torch.from_numpy(eval_x)], eval_y)
+    export_task(out_dir, model, {input_name: train_x[:2]}, {input_name: eval_x}, eval_y,
+                {input_name: calibration})
+    return {"metric": "accuracy", "torch_metric": torch_metric}
 
 
 def stratified_split(

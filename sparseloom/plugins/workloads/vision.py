@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparseloom.plugins.workloads._builder import bundled_builder
 from sparseloom.plugins.workloads._ranges import EVAL_ROWS, TRAINING, WIDTH
 from sparseloom.workload.arguments import OptionRange
-from sparseloom.workload.task import TaskBuilder
 
 #: Where Debian's ``dataset-fashion-mnist`` package installs the IDX files.
 DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -64,16 +64,9 @@ def load_fashion_mnist(split: str) -> tuple[Any, Any]:
     return scaled[:, None], labels.astype(np.int64)
 
 
-def build(config: Mapping[str, Any], out_dir: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train the Fashion-MNIST ResNet and write its task files into ``out_dir``."""
-    from sparseloom.plugins.workloads import _common
-
-    return _common.run_build(_build, config, out_dir, progress)
-
-
 def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str, Any]:
+    """Train the Fashion-MNIST ResNet and write its task files into ``out_dir``."""
     import numpy as np
-    import torch
 
     from sparseloom.plugins.workloads import _common
     from sparseloom.plugins.workloads._nets import ResNet2d
@@ -89,17 +82,13 @@ def _build(config: Mapping[str, Any], out_dir: Path, progress: bool) -> dict[str
 
     stages = [tuple(stage) for stage in config["stages"]]
     model = ResNet2d(1, config["stem_channels"], stages, num_classes=len(CLASSES))
-    train_x = torch.from_numpy(np.ascontiguousarray(train_images[chosen]))
-    _common.train_from_config(
-        model, [train_x], torch.from_numpy(train_labels[chosen]), config,
+    trained = _common.train_and_export_classifier(
+        out_dir, model, "image", (train_images[chosen], train_labels[chosen]),
+        (eval_images, eval_labels), calibration, config,
         generator=generator, progress=progress, desc="vision: training",
     )
-    torch_metric = _common.accuracy(model, [torch.from_numpy(eval_images)], eval_labels)
-    _common.export_task(out_dir, model, {"image": train_x[:2]}, {"image": eval_images},
-                        eval_labels, {"image": calibration})
     return {
-        "metric": "accuracy",
-        "torch_metric": torch_metric,
+        **trained,
         "description": "Fashion-MNIST 28×28 clothing photos, 10 classes; small ResNet "
         "(stands in for ResNet-101 on ImageNet)",
         "classes": list(CLASSES),
@@ -115,14 +104,10 @@ def _stages_problem(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-BUILDER = TaskBuilder(
-    name="vision",
-    build=build,
-    defaults=DEFAULTS,
-    version="1",
+BUILDER = bundled_builder(
+    "vision", _build, DEFAULTS, version="1",
     description="Fashion-MNIST image classification with a small ResNet",
     ranges={
-        **TRAINING,
         "train_samples": OptionRange(1, 60_000, why="Fashion-MNIST has 60,000 training images"),
         "eval_samples": OptionRange(EVAL_ROWS.low, 10_000,
                                     why="Fashion-MNIST has 10,000 test images"),

@@ -4,7 +4,7 @@ The backend here is what a third-party author writes from ``docs/plugins.md``: O
 called directly, a loaded model with only the four required members (no ``inputs``,
 ``outputs``, ``executed_by``, ``handle`` or ``runner``). Every command that runs models must
 work with it: ``infer``, :func:`run_batched` and ``bench backends``. Its processor must not join
-the default set (issue #13 points 1 and 5).
+the default set.
 """
 
 from __future__ import annotations

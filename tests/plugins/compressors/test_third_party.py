@@ -1,4 +1,4 @@
-"""A compressor from another distribution, defined here, reaches every command (issue #13, 2-3).
+"""A compressor from another distribution, defined here, reaches every command.
 
 ``rounding`` declares its own level range (whole bit widths 2..8), has default levels, takes
 an option, and is selected by bare name (its default levels), by level, from the workload

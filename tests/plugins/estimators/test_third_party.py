@@ -1,4 +1,4 @@
-"""Accuracy estimators from another distribution are checked at the boundary (issue #13, 4).
+"""Accuracy estimators from another distribution are checked at the boundary.
 
 Each estimator here is a plugin defined in the test, registered like a third-party one. A bad
 prediction (wrong length, NaN, out of the metric's range) or a failing ``fit`` is one
