@@ -15,7 +15,10 @@ record):
   mean over the row's runs, and the grid's violation rate beside it;
 * Poisson arrivals at :data:`NEAR_CAPACITY` × the closed loop's throughput per task, k = 5
   SLOs, :data:`POISSON_S` seconds (long enough for the policy's dwell): feedback re-planning,
-  the heap frozen while serving (a full collection's pause shows in the tail);
+  the heap frozen while serving (a full collection's pause shows in the tail); and feedback
+  re-planning under drift (``feedback_drift``): the same, with a process outside sparseloom
+  spinning on the first processor's cores for the whole run (another program on the device),
+  which the plan, made from the profile, does not know of;
 * ``sparseloom demo --workload tiny --sample 30`` through the console script's ``main``
   (``python -m sparseloom``, which installs the survivor freeze) against the same command
   through ``python -c 'from sparseloom.cli import cli; cli()'`` (which installs nothing), a
@@ -80,6 +83,8 @@ class Mechanism:
     k: float = 0.0
     #: Runtime options off on both sides, to keep another mechanism out of the comparison.
     both_off: tuple[str, ...] = ()
+    #: Whether a foreign process spins on the first processor's cores during each run.
+    drift: bool = False
 
 
 MECHANISMS = {m.name: m for m in (
@@ -103,6 +108,9 @@ MECHANISMS = {m.name: m for m in (
               k=5.0),
     Mechanism("feedback", "feedback re-planning", "poisson", "RuntimeOptions(feedback=False)",
               runtime_option="feedback", k=5.0),
+    Mechanism("feedback_drift", "feedback re-planning, a foreign process on a processor",
+              "poisson", "RuntimeOptions(feedback=False)", runtime_option="feedback", k=5.0,
+              drift=True),
     Mechanism("survivor_freeze", "survivor freeze (console script)", "demo",
               "python -c 'from sparseloom.cli import cli; cli()' (installs no freeze)"),
 )}
@@ -128,7 +136,7 @@ def contenders(mechanism: Mechanism) -> tuple[Any, Any]:
     from sparseloom.evaluation.contenders import Contender
     from sparseloom.runtime.options import RuntimeOptions
 
-    base = {name: False for name in mechanism.both_off}
+    base: dict[str, Any] = {name: False for name in mechanism.both_off}
     on = (Contender(f"{POLICY}-no-{'-'.join(base)}", "policy", policy=POLICY,
                     options=RuntimeOptions(**base)) if base else Contender(POLICY, "policy"))
     if mechanism.policy_option is not None:
@@ -139,7 +147,7 @@ def contenders(mechanism: Mechanism) -> tuple[Any, Any]:
             get_registry().register_plugin(flipped, f"mechanisms-{mechanism.name}",
                                            distribution="benchmarks", version="0")
         return on, Contender(flipped.name, "policy")
-    off = RuntimeOptions(**base, **{str(mechanism.runtime_option): False})
+    off = RuntimeOptions(**(base | {str(mechanism.runtime_option): False}))
     return on, Contender(f"{on.name}-no-{mechanism.name.replace('_', '-')}", "policy",
                          policy=POLICY, options=off)
 
@@ -218,10 +226,12 @@ def measure(mechanism: Mechanism, bench: Bench) -> dict[str, Any]:
                       for c in (on, off)}
         else:
             rate = bench.rate or _poisson_rate(bench, on)
-            runs = _poisson(bench, recorder, (on, off), rate, slos)
+            hog = _first_cores(context) if mechanism.drift else None
+            runs = _poisson(bench, recorder, (on, off), rate, slos, hog)
             base = "a set rate" if bench.rate else f"{NEAR_CAPACITY:g} × closed"
             load = (f"Poisson {rate:.1f} req/s per task ({base}), {POISSON_S:g} s, "
-                    f"k = {mechanism.k:g}")
+                    f"k = {mechanism.k:g}"
+                    + (f", a foreign process spinning on core(s) {list(hog)}" if hog else ""))
             values = {c.name: per_round(runs, c.name, rounds,
                                         lambda own: tail(own[0], slos) if own else math.nan)
                       for c in (on, off)}
@@ -258,9 +268,36 @@ def _poisson_rate(bench: Bench, on: Any) -> float:
     return NEAR_CAPACITY * statistics.median(bench.closed_rps) / tasks
 
 
+#: A process outside sparseloom that keeps the cores named on its command line busy.
+SPIN = ("import os, sys\nos.sched_setaffinity(0, {int(c) for c in sys.argv[1:]})\n"
+        "while True:\n    pass\n")
+
+
+def _first_cores(context: Any) -> tuple[int, ...]:
+    """The cores of the workload's first profiled processor (core 0 where it names none)."""
+    from sparseloom.runtime.session import profile_processors
+
+    served = profile_processors(context.profile)
+    return tuple(served[0].cores) or (0,)
+
+
+def _spinning(fn: Callable[[], Any], cores: Sequence[int]) -> Callable[[], Any]:
+    """``fn`` run while a foreign process spins on each of ``cores``."""
+    def run() -> Any:
+        spinners = [subprocess.Popen([sys.executable, "-c", SPIN, str(core)]) for core in cores]
+        try:
+            return fn()
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+    return run
+
+
 def _poisson(bench: Bench, recorder: Any, pair: Sequence[Any], rate: float,
-             slos: dict[str, Any]) -> list[dict[str, Any]]:
-    """One Poisson run of each of ``pair`` per round, in ``bench serve``'s rotated order."""
+             slos: dict[str, Any], hog: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """One Poisson run of each of ``pair`` per round, in ``bench serve``'s rotated order
+    (with a foreign process spinning on each core of ``hog`` during each run)."""
     from sparseloom.evaluation.contenders import serve_contender
     from sparseloom.evaluation.serve_figures import rotated
     from sparseloom.runtime.load import LoadSpec
@@ -269,8 +306,8 @@ def _poisson(bench: Bench, recorder: Any, pair: Sequence[Any], rate: float,
         spec = LoadSpec("poisson", queries=max(1, round(rate * POISSON_S)), rate=rate,
                         seed=index)
         for contender in rotated(pair, index):
-            recorder.run("poisson", contender, index,
-                         partial(serve_contender, bench.context, contender, spec, slos))
+            serve = partial(serve_contender, bench.context, contender, spec, slos)
+            recorder.run("poisson", contender, index, _spinning(serve, hog) if hog else serve)
     return list(recorder.runs_of("poisson"))
 
 

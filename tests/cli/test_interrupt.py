@@ -22,6 +22,18 @@ import pytest
 
 from sparseloom.runtime import interrupts
 
+
+@pytest.fixture(autouse=True)
+def python_handles_ctrl_c() -> Iterator[None]:
+    """Python's own Ctrl-C handler for each test, as in a terminal: a process started with
+    SIGINT ignored (a background job of a non-interactive shell) keeps it ignored, and then no
+    Ctrl-C reaches Python code at all."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
 #: How long a command may take to end after Ctrl-C.
 STOP_WITHIN_S = 15.0
 #: The most a benchmark may take to start serving (it builds what the cache lacks first).

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import attrs
 
 from sparseloom.core.errors import BackendError, ConfigError, DeviceFallbackError
+from sparseloom.core.processors import FALLBACK_CHOICES, FALLBACK_OPTION
 from sparseloom.core.types import Processor
 from sparseloom.workload.model_source import ModelSource, TensorSpec
 
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sparseloom.backends")
 
-#: Processor option that decides what a detected device fallback does.
-FALLBACK_OPTION = "on_fallback"
-FALLBACK_CHOICES = ("error", "warn")
 #: The option that leaves a CPU processor at its runtime's own defaults (threads, streams,
 #: pinning, precision): how a user runs a model without sparseloom (``bench serve``'s stock
 #: contenders). Its value is ``true`` or ``false``.
