@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sparseloom.cli.run",
     "sparseloom.cli.evaluate",
     "sparseloom.cli.demo",
+    "sparseloom.cli.cache",
 )
 
 

@@ -129,9 +129,11 @@ COMMANDS = (bench,)
 
 
 def _add_serve() -> None:
+    from sparseloom.cli.bench_memory import memory_command
     from sparseloom.cli.bench_serve import serve_command
 
     bench.add_command(serve_command)
+    bench.add_command(memory_command)
 
 
 _add_serve()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,27 @@ from sparseloom.cli.parsing import SAMPLES, SUBGRAPHS
 from sparseloom.cli.placement_options import processors_option
 
 
+def peak_rss_bytes() -> int:
+    """The largest resident set this process, or any child it waited for (a probe process, a
+    workload build), has had so far (``getrusage``; 0 where it is absent)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0
+    scale = 1 if sys.platform == "darwin" else 1024  # macOS reports bytes, Linux KiB
+    return scale * max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                       resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+
+
 class _Steps:
-    """The demo's numbered banners, with the time each step took (printed at the end)."""
+    """The demo's numbered banners, with the time each step took and the peak memory reached
+    by its end (printed at the end: where the demo's peak comes from)."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.started = time.perf_counter()
         self.times: list[tuple[str, float]] = []
+        self.peaks: list[int] = []
         self._current: tuple[str, float] | None = None
 
     def begin(self, text: str, short: str) -> None:
@@ -32,12 +47,20 @@ class _Steps:
     def _finish(self) -> None:
         if self._current is not None:
             self.times.append((self._current[0], time.perf_counter() - self._current[1]))
+            self.peaks.append(peak_rss_bytes())
             self._current = None
 
     def summary(self) -> str:
         self._finish()
         parts = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.times)
-        return f"demo finished in {time.perf_counter() - self.started:.0f} s ({parts})"
+        line = f"demo finished in {time.perf_counter() - self.started:.0f} s ({parts})"
+        if self.peaks and self.peaks[-1]:
+            grew = ", ".join(f"{name} {peak / 2**30:.2f}" for (name, _), peak, before
+                             in zip(self.times, self.peaks, [0, *self.peaks], strict=False)
+                             if peak > before)
+            line += (f"\npeak memory {self.peaks[-1] / 2**30:.2f} GiB (resident set; the peak "
+                     f"so far, GiB, after each step that raised it: {grew})")
+        return line
 
 
 @click.command("demo")

@@ -101,14 +101,31 @@ def parse_slos(specs: Iterable[str]) -> dict[str, Any]:
     return slos
 
 
+#: Byte units ``--memory-budget`` accepts (IEC and SI), case-insensitive.
+_BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
 def parse_budget(text: str) -> float | int:
-    """``0.55`` (a fraction of full preloading, with a decimal point) or ``123456`` (bytes)."""
+    """``0.55`` (a fraction of full preloading, with a decimal point), ``123456`` (bytes) or
+    a size with a unit (``1.5GiB``, ``800MB``, ``512 MiB``: bytes)."""
+    import re
+
+    sized = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)\s*", text)
+    if sized and sized.group(2).lower() in _BYTE_UNITS:
+        value = float(sized.group(1)) * _BYTE_UNITS[sized.group(2).lower()]
+        if not math.isfinite(value) or value < 1:
+            raise ConfigError(f"--memory-budget {text!r} is below one byte; give a size such "
+                              "as 1.5GiB")
+        return int(value)
     try:
-        value: float | int = float(text) if any(c in text for c in ".eE") else int(text)
+        number: float | int = float(text) if any(c in text for c in ".eE") else int(text)
     except ValueError:
-        raise ConfigError(f"--memory-budget {text!r} is neither a fraction such as 0.55 nor a "
-                        "byte count such as 50000000") from None
-    return value
+        units = ", ".join(sorted(_BYTE_UNITS, key=_BYTE_UNITS.__getitem__))
+        raise ConfigError(f"--memory-budget {text!r} is neither a fraction such as 0.55, a "
+                          f"byte count such as 50000000, nor a size such as 1.5GiB (units: "
+                          f"{units})") from None
+    return number
 
 
 def finite_options(**values: float | None) -> None:

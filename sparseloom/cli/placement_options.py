@@ -35,8 +35,9 @@ def placement_options(processors_help: str) -> Callable[[Command], Command]:
                      help="A task's SLO (repeat); other tasks: the workload's, else the middle "
                           "of their SLO grid."),
         click.option("--memory-budget", default="1.0", show_default=True,
-                     help="Preload budget: a fraction of full preloading in (0, 1] (0.55), or "
-                          "bytes when > 1."),
+                     help="Memory budget of the whole server (preloaded subgraphs, routes, "
+                          "twins, lanes): a fraction of full preloading in (0, 1] (0.55), or a "
+                          "size (1.5GiB, 800MB, or bytes)."),
         processors_option(processors_help),
     )
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,16 +24,20 @@ from typing import Any
 from sparseloom.core.errors import PathError
 
 CACHE_DIR_ENV = "SPARSELOOM_CACHE_DIR"
+#: The file of a cache root that every process using the root holds a shared ``flock`` on, for
+#: its whole life; ``sparseloom cache prune`` takes it exclusively, so it never removes what a
+#: running process may read (:mod:`sparseloom.cli.cache_prune`).
+IN_USE_FILE = ".in-use"
 #: Cache roots already checked by this process (the check writes a file: do it once).
 _checked_roots: set[Path] = set()
+#: The open descriptor of each root's in-use lock: closing it would release the lock.
+_in_use: dict[Path, int] = {}
+_in_use_guard = threading.Lock()  # threads calling cache_dir() first at once open one
 
 
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The cache root: ``override``, else ``$SPARSELOOM_CACHE_DIR``, else the user cache dir.
-
-    :raises PathError: the root is a file or cannot be created or written (it says which
-        setting chose it and how to choose another).
-    """
+def cache_root(override: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """The cache root :func:`cache_dir` uses and how the user set it (``cache folder
+    ($SPARSELOOM_CACHE_DIR)``), without creating, checking or locking anything."""
     if override is not None:
         root, source = Path(override), "cache folder"
     elif os.environ.get(CACHE_DIR_ENV):
@@ -41,13 +46,69 @@ def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
         import platformdirs
 
         root, source = Path(platformdirs.user_cache_dir("sparseloom")), "cache folder"
-    root = root.expanduser().resolve()
+    return root.expanduser().resolve(), source
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """The cache root: ``override``, else ``$SPARSELOOM_CACHE_DIR``, else the user cache dir.
+
+    The first call for a root marks it in use by this process (:func:`hold_in_use`).
+
+    :raises PathError: the root is a file or cannot be created or written (it says which
+        setting chose it and how to choose another).
+    """
+    root, source = cache_root(override)
     if root not in _checked_roots:
         ensure_directory(root, source,
                          f"set {CACHE_DIR_ENV} to a folder you may write to, e.g. "
                          f"export {CACHE_DIR_ENV}=$HOME/.cache/sparseloom")
+        hold_in_use(root)
         _checked_roots.add(root)
     return root
+
+
+def hold_in_use(root: Path) -> None:
+    """Hold a shared lock on ``root``'s :data:`IN_USE_FILE` until the process ends.
+
+    While a ``sparseloom cache prune`` holds it exclusively this waits for the prune to end,
+    saying so on stderr. Without ``fcntl``, or on a file system that refuses locks or the
+    file, nothing is held (the cache works as before; a prune cannot see this process).
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return
+    with _in_use_guard:
+        if root in _in_use:
+            return
+        try:
+            # Read-only, so that another user of a shared cache can open it to lock it too.
+            descriptor = os.open(root / IN_USE_FILE, os.O_RDONLY | os.O_CREAT, 0o666)
+        except OSError:
+            return
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                import sys
+
+                print(f"Waiting for `sparseloom cache prune` to finish with {root}",
+                      file=sys.stderr, flush=True)
+                fcntl.flock(descriptor, fcntl.LOCK_SH)
+        except OSError:
+            os.close(descriptor)
+            return
+        _in_use[root] = descriptor
+
+
+def release_in_use(root: Path) -> None:
+    """Release this process's shared lock on ``root`` (a prune must: one process cannot hold
+    the lock shared and exclusive at once); the next :func:`cache_dir` call takes it again."""
+    _checked_roots.discard(root)
+    with _in_use_guard:
+        descriptor = _in_use.pop(root, None)
+    if descriptor is not None:
+        os.close(descriptor)
 
 
 def cache_notice(message: str) -> None:

@@ -108,6 +108,10 @@ class PlanError(SparseloomError, ValueError):
     """A plan cannot be made: a bad SLO, an unknown task, a memory budget too small."""
 
 
+class BudgetError(PlanError):
+    """The memory budget is below what a plan's routes need (the message gives the minimum)."""
+
+
 class RuntimeServeError(SparseloomError):
     """The runtime was asked to serve something it cannot: an unknown task, a processor that
     is gone, a plan whose subgraphs cannot be loaded."""
@@ -120,6 +124,10 @@ class EvaluationError(SparseloomError):
 
 class SimulationError(EvaluationError):
     """The simulator was given a plan, arrival order or device description it cannot replay."""
+
+
+class OverBudget(RuntimeServeError):
+    """Loading a model would carry the server past its memory budget."""
 
 
 class Overloaded(RuntimeServeError):

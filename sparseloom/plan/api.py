@@ -13,7 +13,7 @@ from sparseloom.core.registry import get_registry
 from sparseloom.core.types import SLO, Plan, Processor, as_dict
 from sparseloom.plan.contract import checked_plan, completed_plan
 from sparseloom.plan.policy import ProfilePolicy
-from sparseloom.plan.preload import Preload, preload
+from sparseloom.plan.preload import Preload, fit_plan
 from sparseloom.plan.slo_grid import grid_middle
 from sparseloom.profile.table import ProfileTable
 
@@ -33,6 +33,8 @@ class PlanResult:
         policy: the policy object that made the plan; the runtime keeps it to re-plan
             (``on_feedback``, a task joining, a processor going down).
         slos: the SLO each task was planned against.
+        reshaped: what the memory budget made the plan give up (``no wide twins``, ``no
+            lanes``; :func:`~sparseloom.plan.preload.fit_plan`), empty when it fitted.
     """
 
     plan: Plan
@@ -40,6 +42,7 @@ class PlanResult:
     slo_sources: Mapping[str, str] = attrs.field(factory=dict, converter=as_dict)
     policy: Any = attrs.field(default=None, eq=False)
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict)
+    reshaped: tuple[str, ...] = ()
 
 
 def resolve_slos(profile: ProfileTable, slos: Mapping[str, SLO] | None,
@@ -101,7 +104,9 @@ def make_plan(
     :param slos: SLO per task; tasks left out take ``workload_slos``, else their grid middle.
     :param processors: processors (records or names) to plan on; default all profiled ones
         (the policy is given them as records, see :func:`profiled_processors`).
-    :param memory_budget: a fraction of full preloading in (0, 1], or bytes (an int).
+    :param memory_budget: a fraction of full preloading in (0, 1], or bytes (an int): it bounds
+        the preloaded subgraphs and the routes' wide twins and lane copies together; a plan
+        whose routes do not fit gives up its twins, then its lanes (``PlanResult.reshaped``).
     :param workload_slos: the workload file's ``[task.slo]`` per task.
     :param policy_options: keyword options for the policy's factory.
     :raises UnknownNameError: the policy is not registered (the message lists those that are).
@@ -120,5 +125,5 @@ def make_plan(
     elapsed_s = time.perf_counter() - started
     plan = completed_plan(checked_plan(returned, profile, policy, list(profile.tasks)),
                           profile, resolved, elapsed_s)
-    return PlanResult(plan, preload(profile, plan, budget=memory_budget), sources,
-                      implementation, resolved)
+    plan, resident, reshaped = fit_plan(profile, plan, budget=memory_budget)
+    return PlanResult(plan, resident, sources, implementation, resolved, reshaped)

@@ -15,17 +15,26 @@ tasks and positions in turn; one global ranking is used here because hotness is 
 normalised per task and position (it sums to |Ψ'| over a position's variants, Ψ' the SLOs
 with a non-empty Θ), so no task is favoured for coming first. A subgraph's memory is the
 profile's ``memory_bytes`` on the processor the plan puts its position on.
+
+The budget bounds the whole server, not the preloaded set alone: the plan's routes hold more
+than their subgraphs where a task runs wide (its twin, ``Plan.wide``: the chain loaded again
+with more threads) or on a lane (``Plan.lanes``: the chain loaded again on the lane's worker),
+and those bytes (:func:`route_extra_bytes`) are reserved before any other subgraph is chosen.
+A plan whose routes do not fit is reshaped by :func:`fit_plan` (no twins, then no lanes) before
+it is refused. The runtime checks the same budget against what each load measured
+(:mod:`sparseloom.runtime.switching`).
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
 
-from sparseloom.core.errors import PlanError
+from sparseloom.core.errors import BudgetError, PlanError
 from sparseloom.core.types import SLO, Plan
 from sparseloom.plan.slo_grid import slo_grid
 from sparseloom.profile.table import ProfileTable, TaskProfile
@@ -49,10 +58,13 @@ class Preload:
 
     Attributes:
         resident: the preloaded subgraphs, in loading order.
-        resident_bytes: their summed memory.
+        resident_bytes: their summed memory, with ``route_bytes``.
         budget_bytes: the memory budget in bytes.
-        full_bytes: the memory of preloading every candidate subgraph (full preloading).
+        full_bytes: the memory of preloading every candidate subgraph (full preloading), the
+            routes' twins and lane copies included.
         profile: the profile the compile and load times of :meth:`switch_cost_ms` come from.
+        route_bytes: what the plan's routes hold beyond their subgraphs (wide twins, lane
+            copies; :func:`route_extra_bytes`), reserved within the budget.
     """
 
     resident: tuple[ResidentSubgraph, ...]
@@ -60,6 +72,7 @@ class Preload:
     budget_bytes: int
     full_bytes: int
     profile: ProfileTable = attrs.field(eq=False, repr=False)
+    route_bytes: int = 0
 
     def is_resident(self, task: str, position: int, variant: int, processor: str) -> bool:
         """Whether that subgraph is preloaded on that processor."""
@@ -115,6 +128,55 @@ def budget_bytes(budget: float | int, full_bytes: int) -> int:
     return round(float(budget) * full_bytes)
 
 
+def chain_bytes(profile: ProfileTable, plan: Plan, task: str) -> int:
+    """The profile's memory of ``task``'s chosen subgraphs on the processors ``plan`` puts
+    them on."""
+    task_profile = profile.task(task)
+    order = profile.order_indices(list(plan.processors_of(task)))
+    return int(sum(task_profile.memory_bytes[j, choice, order[j]]
+                   for j, choice in enumerate(plan.variants[task].choices)))
+
+
+def route_extra_bytes(profile: ProfileTable, plan: Plan) -> dict[str, int]:
+    """Per task, what its route holds beyond its own subgraphs, estimated from the profile: a
+    wide twin (``Plan.wide``) is its chain loaded again, and so is a lane's copy
+    (``Plan.lanes``). A merged model stands in for its chain (the runtime does not load the
+    chain beside it), so it adds nothing here."""
+    extra: dict[str, int] = {}
+    for task in plan.variants:
+        copies = int(task in plan.wide) + int(task in plan.lanes)
+        if copies:
+            extra[task] = copies * chain_bytes(profile, plan, task)
+    return extra
+
+
+def fit_plan(profile: ProfileTable, plan: Plan, *, budget: float | int,
+             grid: Mapping[str, Sequence[SLO]] | None = None
+             ) -> tuple[Plan, Preload, tuple[str, ...]]:
+    """``plan`` and its preload, reshaped until its routes fit ``budget``: first without wide
+    twins (``Plan.wide``), then without lanes; return what was dropped, in words.
+
+    :raises PlanError: the budget is malformed, or below what the plan's own subgraphs need
+        even without twins and lanes (the message gives the minimum).
+    """
+    try:
+        return plan, preload(profile, plan, budget=budget, grid=grid), ()
+    except BudgetError as error:
+        refused = error
+    dropped: list[str] = []
+    for what, fields in (("wide twins", ("wide", "wide_when_quiet")), ("lanes", ("lanes",))):
+        if not any(getattr(plan, field) for field in fields):
+            continue
+        changes: dict[str, Any] = dict.fromkeys(fields, ())
+        plan = attrs.evolve(plan, **changes)
+        dropped.append(f"no {what}")
+        try:
+            return plan, preload(profile, plan, budget=budget, grid=grid), tuple(dropped)
+        except BudgetError as error:
+            refused = error
+    raise refused
+
+
 def preload(profile: ProfileTable, plan: Plan, *, budget: float | int,
             grid: Mapping[str, Sequence[SLO]] | None = None,
             pin_plan: bool = True) -> Preload:
@@ -123,8 +185,9 @@ def preload(profile: ProfileTable, plan: Plan, *, budget: float | int,
     :param budget: a fraction of full preloading in (0, 1], or bytes (an int).
     :param grid: Ψ per task; default each task's :func:`~sparseloom.plan.slo_grid.slo_grid`.
     :param pin_plan: load the plan's own subgraphs first.
-    :raises PlanError: the budget is malformed, or (with ``pin_plan``) below what the plan's
-        own subgraphs need — the message gives that minimum.
+    :raises PlanError: the budget is malformed. :raises BudgetError: (with ``pin_plan``) it
+        is below what the plan's own subgraphs and its routes' twins and lane copies need —
+        the message gives that minimum.
     """
     candidates: list[ResidentSubgraph] = []
     pinned: list[ResidentSubgraph] = []
@@ -140,16 +203,18 @@ def preload(profile: ProfileTable, plan: Plan, *, budget: float | int,
                                          int(task_profile.memory_bytes[j, i, order[j]]),
                                          float(hot[j, i]))
                 (pinned if pin_plan and chosen[j] == i else candidates).append(entry)
-    full = sum(e.memory_bytes for e in candidates + pinned)
+    extra = sum(route_extra_bytes(profile, plan).values()) if pin_plan else 0
+    full = sum(e.memory_bytes for e in candidates + pinned) + extra
     limit = budget_bytes(budget, full)
-    needed = sum(e.memory_bytes for e in pinned)
+    needed = sum(e.memory_bytes for e in pinned) + extra
     if needed > limit:
-        raise PlanError(f"memory budget {limit} bytes is below the {needed} bytes the plan's own "
-                        f"subgraphs need ({needed / max(full, 1):.1%} of full preloading, "
-                        f"{full} bytes); the minimum budget is {needed} bytes")
+        routes = f" and {extra} bytes for its wide twins and lanes" if extra else ""
+        raise BudgetError(f"memory budget {limit} bytes is below the {needed} bytes the plan's "
+                          f"own subgraphs{routes} need ({needed / max(full, 1):.1%} of full "
+                          f"preloading, {full} bytes); the minimum budget is {needed} bytes")
     resident, used = list(pinned), needed
     for entry in sorted(candidates, key=lambda e: (-e.hotness, e.memory_bytes)):
         if used + entry.memory_bytes <= limit:
             resident.append(entry)
             used += entry.memory_bytes
-    return Preload(tuple(resident), used, limit, full, profile)
+    return Preload(tuple(resident), used, limit, full, profile, extra)

@@ -118,6 +118,11 @@ def keep_loaded() -> Iterator[None]:
                 backend.unload(loaded)
 
 
+def kept_ids() -> set[int]:
+    """The ``id`` of every loaded model a :func:`keep_loaded` block keeps (it unloads them)."""
+    return {id(loaded) for _, loaded in (_KEPT or {}).values()}
+
+
 @attrs.define(eq=False)
 class ModelLoader:
     """Compiles and loads subgraphs onto workers and keeps the record of every load.
@@ -128,12 +133,19 @@ class ModelLoader:
         events: every load so far.
         batch_one: load each model with its batch dimension fixed to 1
             (:mod:`sparseloom.zoo.batch_one`): every request is one row.
+        memory_budget: the server's memory budget in bytes (``None``: none), held against
+            what each load measured (:mod:`sparseloom.runtime.budget`).
+        evicted: models unloaded to make room within it.
+        left_out: preloaded subgraphs not loaded because they did not fit it.
     """
 
     tasks: Mapping[str, RuntimeTask]
     started_s: float = attrs.field(factory=time.perf_counter)
     events: list[LoadEvent] = attrs.field(factory=list)
     batch_one: bool = True
+    memory_budget: int | None = None
+    evicted: int = 0
+    left_out: int = 0
 
     def load(self, key: ModelKey, worker: ProcessorWorker, reason: str,
              lent_cores: tuple[int, ...] = ()) -> LoadEvent | None:
@@ -244,7 +256,7 @@ class ModelLoader:
 
     def unload_all(self, workers: Mapping[str, ProcessorWorker]) -> None:
         """Unload every resident model (errors are ignored: the run is over)."""
-        kept = {id(loaded) for _, loaded in (_KEPT or {}).values()}
+        kept = kept_ids()
         for worker in workers.values():
             for model in list(worker.models.values()):
                 for loaded in (model.loaded, model.wide_loaded):

@@ -89,10 +89,16 @@ def render(summary: RunSummary) -> str:
                   for n, k in summary.overflow_stages.items()),
         f"switches           : {summary.switches} ({summary.switch_loads} loads, "
         f"{summary.switch_load_ms:.1f} ms compile+load); preload {summary.preload_ms:.1f} ms",
-        f"memory             : loaded {_mib(m['loaded_bytes'])}, RSS growth "
-        f"{_mib(m['rss_growth_bytes'])}, device {_mib(m['device_bytes'])}; budget "
-        f"{_mib(m['budget_bytes'])} of {_mib(m['full_bytes'])} full preloading (planned "
-        f"{_mib(m['planned_resident_bytes'])})",
+        f"memory             : loaded {_mib(m['loaded_bytes'])}"
+        + (f" ({m['loaded_bytes'] / m['weights_bytes']:.2f}x the {_mib(m['weights_bytes'])} of "
+           f"weights it holds)" if m.get("weights_bytes") else "")
+        + f", RSS growth {_mib(m['rss_growth_bytes'])}, device {_mib(m['device_bytes'])}; "
+        f"budget {_mib(m['budget_bytes'])} of {_mib(m['full_bytes'])} full preloading (planned "
+        f"{_mib(m['planned_resident_bytes'])})"
+        + ("  OVER BUDGET" if m.get("runtime_budget_bytes")
+           and m['loaded_bytes'] > m['runtime_budget_bytes'] else "")
+        + (f"; {m['left_out']:.0f} preloaded subgraph(s) left out and {m['evicted']:.0f} "
+           f"unloaded to stay within it" if m.get("left_out") or m.get("evicted") else ""),
         f"requests           : submitted {summary.submitted} = completed {summary.completed} + "
         f"failed {summary.failed}"
         + ("" if summary.submitted == summary.completed + summary.failed else "  BROKEN")

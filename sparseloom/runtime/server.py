@@ -109,6 +109,7 @@ class Server:
             raise RuntimeServeError("this server was already started; make a new Server")
         from sparseloom.plan.api import make_plan
         from sparseloom.profile.builder import build_profile
+        from sparseloom.runtime.budget import enforced_bytes
         from sparseloom.runtime.models import RuntimeTask
         from sparseloom.runtime.replan import Replanner
         from sparseloom.workload.load import load_workload
@@ -139,6 +140,10 @@ class Server:
         runtime = Runtime(tasks, processors, profile=profile, policy=policy, planner=planner,
                           options=self._options)
         planner.slos = runtime.slos  # the runtime's own mapping: live SLO changes reach it
+        runtime.loader.memory_budget = enforced_bytes(self._memory_budget,
+                                                      planned.preload.budget_bytes)
+        runtime.notes += [f"the memory budget reshaped the plan: {what}"
+                          for what in planned.reshaped]
         try:
             self.preload_events = switching.start(
                 runtime, planned.plan, active=self._tasks, preload=planned.preload,

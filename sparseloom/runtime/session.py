@@ -21,6 +21,7 @@ import attrs
 
 from sparseloom.core.errors import RuntimeServeError
 from sparseloom.core.types import SLO, repeated
+from sparseloom.runtime.budget import weights_bytes
 from sparseloom.runtime.executor import RuntimeOptions
 from sparseloom.runtime.load import LoadSpec, offer
 from sparseloom.runtime.models import profile_processors as profile_processors  # re-export
@@ -138,6 +139,9 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
             "budget_bytes": float(preload.budget_bytes), "full_bytes": float(preload.full_bytes),
             "planned_resident_bytes": float(preload.resident_bytes),
             "loaded_bytes": float(resident_bytes(runtime.workers)),
+            "weights_bytes": float(weights_bytes(runtime)),
+            "runtime_budget_bytes": float(runtime.loader.memory_budget or 0),
+            "evicted": float(runtime.loader.evicted), "left_out": float(runtime.loader.left_out),
             "rss_growth_bytes": float(max(rss_bytes() - rss_before, 0)),
             "rss_growth_after_preload_bytes": float(max(preload_rss, 0)),
             "device_bytes": float(sum(m.memory_bytes for w in runtime.workers.values()

@@ -9,7 +9,7 @@ requests that arrive meanwhile wait and then take the new one, in order
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -109,8 +109,11 @@ def route_keys(runtime: Runtime, route: Route) -> list[tuple[ModelKey, str]]:
     return pairs
 
 
-def _wide(routes: Iterable[Route]) -> list[str]:
-    return [route.task for route in routes if route.wide]
+def _wide(runtime: Runtime, routes: Iterable[Route]) -> list[tuple[ModelKey, str]]:
+    """The (model, processor) pairs of the wide ``routes``: the only ones loaded with a
+    twin. A preloaded subgraph no route uses stays narrow (its twin would double its memory
+    for a model nobody calls); a switch onto it loads the twin then."""
+    return [pair for route in routes if route.wide for pair in route_keys(runtime, route)]
 
 
 def lent_cores(runtime: Runtime, processor: str) -> tuple[int, ...]:
@@ -140,20 +143,52 @@ def set_overflow(runtime: Runtime, plan: Any) -> None:
 
 
 def load_pairs(runtime: Runtime, pairs: Iterable[tuple[ModelKey, str]],
-               reason: str, wide: Iterable[str] = ()) -> list[LoadEvent]:
-    """Load every (subgraph, processor) pair that is not resident (the subgraphs of the
-    ``wide`` tasks wide, :attr:`Plan.wide`); return the loads made."""
+               reason: str, wide: Iterable[tuple[ModelKey, str]] = (), *,
+               within_budget: bool = False,
+               tick: Callable[[int], Any] | None = None) -> list[LoadEvent]:
+    """Load every (subgraph, processor) pair that is not resident (the pairs in ``wide``
+    with their wide twin, :attr:`Plan.wide`); return the loads made.
+
+    ``within_budget``: the pairs are optional (preloaded subgraphs): each is loaded only while
+    it fits the server's memory budget beside what is loaded (:func:`budget.fits`); the others
+    must be loaded, and idle models are unloaded to make room (:func:`budget.make_room`).
+    ``tick(1)`` is called after each pair (a progress bar's ``update``).
+
+    :raises OverBudget: (not ``within_budget``) the budget cannot hold them.
+    """
+    from sparseloom.runtime import budget
+
     events = []
-    wide = set(wide)
-    loads = [(key, processor, lent_cores(runtime, processor) if key[0] in wide else ())
+    widened = set(wide)
+    loads = [(key, processor,
+              lent_cores(runtime, processor) if (key, processor) in widened else ())
              for key, processor in pairs]
+    if not within_budget:
+        budget.make_room(runtime, [
+            (key, processor, bool(lent)) for key, processor, lent in loads
+            if key not in runtime.workers[processor].models])
     runtime.loader.probe((key, runtime.workers[processor], lent)
                          for key, processor, lent in loads)
     try:
+        fresh: list[tuple[ModelKey, str]] = []
         for key, processor, lent in loads:
-            event = runtime.loader.load(key, runtime.workers[processor], reason, lent)
-            if event is not None:
-                events.append(event)
+            if within_budget and key not in runtime.workers[processor].models \
+                    and not budget.fits(runtime, key, processor, bool(lent)):
+                runtime.loader.left_out += 1
+            else:
+                event = runtime.loader.load(key, runtime.workers[processor], reason, lent)
+                if event is not None:
+                    events.append(event)
+                    fresh.append((key, processor))
+                    if within_budget and not budget.fits(runtime, None, processor):
+                        budget.unload(runtime, processor, key)  # measured more than planned
+                        runtime.loader.left_out += 1
+                        events.pop()
+                        fresh.pop()
+            if tick is not None:
+                tick(1)
+        if not within_budget:
+            budget.settle(runtime, fresh)
     finally:
         from sparseloom.isolation.probe import wait_for_probes
 
@@ -176,18 +211,29 @@ def start(runtime: Runtime, plan: Any, *, active: Sequence[str] | None = None,
     # loaded beside it, so the resident set stays within the preloader's memory budget.
     covered = {(key, route.processors[0]) for route in routes.values() if route.merged
                for key in chain_keys(route.variant)}
-    pairs: list[tuple[ModelKey, str]] = []
+    needed: list[tuple[ModelKey, str]] = []
+    for route in routes.values():
+        needed += route_keys(runtime, route)
+    needed = list(dict.fromkeys(needed))
+    hot: list[tuple[ModelKey, str]] = []
     for item in getattr(preload, "resident", ()) or ():
         pair = ((item.task, int(item.position), int(item.variant)), item.processor)
         if item.task in runtime.tasks and item.processor in runtime.workers \
-                and pair not in covered:
-            pairs.append(pair)
-    for route in routes.values():
-        pairs += route_keys(runtime, route)
-    unique = list(dict.fromkeys(pairs))
-    with tqdm(unique, desc="preloading subgraphs", unit="model", disable=not progress,
-              leave=False) as bar:
-        events = load_pairs(runtime, bar, "preload", _wide(routes.values()))
+                and pair not in covered and pair not in needed:
+            hot.append(pair)
+    hot = list(dict.fromkeys(hot))
+    # The routes first (the server cannot serve without them), then the preloaded subgraphs
+    # in the preloader's order while the measured total fits the budget.
+    with tqdm(total=len(needed) + len(hot), desc="preloading subgraphs", unit="model",
+              disable=not progress, leave=False) as bar:
+        events = load_pairs(runtime, needed, "preload", _wide(runtime, routes.values()),
+                            tick=bar.update)
+        events += load_pairs(runtime, hot, "preload", within_budget=True, tick=bar.update)
+    if runtime.loader.left_out:
+        runtime.notes.append(
+            f"preload stopped at the memory budget: {runtime.loader.left_out} of {len(hot)} "
+            f"preloaded subgraph(s) left unloaded (their measured neighbours took more than the "
+            f"profile estimated); a switch onto one loads it then")
     runtime.plan = plan
     runtime.on_down = lambda: replan_without_down(runtime)
     runtime.on_verdict = lambda: give_feedback(runtime)
@@ -219,7 +265,7 @@ def apply_plan(runtime: Runtime, plan: Any, reason: str,
             continue
         try:
             events = load_pairs(runtime, route_keys(runtime, route), "switch",
-                                _wide([route]))
+                                _wide(runtime, [route]))
         except SparseloomError as error:
             runtime.notes.append(f"switch of {task!r} to {route.describe()} abandoned: {error}")
             continue
@@ -285,7 +331,8 @@ def join(runtime: Runtime, task: str) -> None:
         route = routes.get(name)
         if route is None:
             continue
-        events = load_pairs(runtime, route_keys(runtime, route), "switch", _wide([route]))
+        events = load_pairs(runtime, route_keys(runtime, route), "switch",
+                            _wide(runtime, [route]))
         runtime.set_route(name, route, "join", len(events), sum(e.total_ms for e in events))
     runtime.plan = plan
     set_overflow(runtime, plan)
@@ -330,6 +377,11 @@ def replan_without_down(runtime: Runtime) -> None:
             continue
         moved = Route(route.variant, [up[0] if p in down else p for p in route.processors],
                       route.version + 1, wide=route.wide, quiet=route.quiet)
-        events = load_pairs(runtime, route_keys(runtime, moved), "replan", _wide([moved]))
+        try:
+            events = load_pairs(runtime, route_keys(runtime, moved), "replan",
+                                _wide(runtime, [moved]))
+        except SparseloomError as error:  # the budget cannot hold it there, say
+            runtime.notes.append(f"task {task!r} could not move to {up[0]}: {error}")
+            continue
         runtime.set_route(task, moved, "processor-down", len(events),
                           sum(e.total_ms for e in events))

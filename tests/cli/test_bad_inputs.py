@@ -213,17 +213,6 @@ def test_damaged_zoo_manifest_is_refused_until_rebuilt(
     clean(run_cli(["zoo", "show", "tiny"], cache=private_cache))
 
 
-def test_damaged_ort_optimized_model_is_optimized_again(files: Path, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    clean(run_cli(["infer", files / "model.onnx", "--repeat", "1"], cache=cache))
-    (artefact,) = (cache / "ort").glob("*.onnx")
-    with open(artefact, "r+b") as handle:
-        handle.truncate(500)
-    warned(run_cli(["infer", files / "model.onnx", "--repeat", "1"], cache=cache),
-           str(artefact), "again")
-    clean(run_cli(["infer", files / "model.onnx", "--repeat", "1"], cache=cache))
-
-
 def test_truncated_profile_partial_is_measured_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

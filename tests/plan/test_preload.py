@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
-from sparseloom.core.errors import PlanError
+from sparseloom.core.errors import BudgetError, PlanError
 from sparseloom.core.types import SLO, Plan, StitchedVariant
-from sparseloom.plan.preload import hotness, preload
+from sparseloom.plan.preload import fit_plan, hotness, preload, route_extra_bytes
 from sparseloom.plugins.policies.sparseloom import SparseLoomPolicy
 from sparseloom.profile.table import ProfileTable
 from tests.plan.tables import random_table, task_profile
@@ -158,3 +159,35 @@ def test_bad_budgets_are_refused(budget: object) -> None:
     table, plan = planned()
     with pytest.raises(PlanError):
         preload(table, plan, budget=budget)  # type: ignore[arg-type]
+
+
+def test_a_wide_twin_and_a_lane_copy_are_reserved_in_the_budget() -> None:
+    table, grid = hot_table()
+    # Chain (0, 0): 100 on p0 + 100 on p1. A twin loads it again (200), a lane again (200).
+    wide = attrs.evolve(manual_plan(x=(0, 0)), wide=("x",))
+    assert route_extra_bytes(table, wide) == {"x": 200}
+    both = attrs.evolve(wide, lanes=("x",))
+    assert route_extra_bytes(table, both) == {"x": 400}
+    chosen = preload(table, wide, budget=500, grid=grid)
+    # 200 pinned + 200 twin = 400; the hottest candidate (0, 2), 300, no longer fits: the
+    # first 0.25 one (50) does, then (0, 1) 60 would make 510: skipped; (1, 2) 40 fits: 490.
+    assert chosen.route_bytes == 200
+    assert kept(chosen)[2:] == [("x", 1, 1, "p1", 50), ("x", 1, 2, "p1", 40)]
+    assert chosen.resident_bytes == 490 <= chosen.budget_bytes
+    assert chosen.full_bytes == 650 + 200
+
+
+def test_a_plan_whose_twins_do_not_fit_gives_them_up_then_its_lanes() -> None:
+    table, grid = hot_table()
+    plan = attrs.evolve(manual_plan(x=(0, 0)), wide=("x",), wide_when_quiet=("x",),
+                        lanes=("x",))
+    fitted, chosen, dropped = fit_plan(table, plan, budget=600, grid=grid)
+    assert (fitted, dropped) == (plan, ())  # 200 + 400 fits
+    fitted, chosen, dropped = fit_plan(table, plan, budget=450, grid=grid)
+    assert dropped == ("no wide twins",) and fitted.lanes == ("x",)
+    assert (fitted.wide, fitted.wide_when_quiet) == ((), ())
+    assert chosen.route_bytes == 200 and chosen.resident_bytes <= 450
+    fitted, chosen, dropped = fit_plan(table, plan, budget=250, grid=grid)
+    assert dropped == ("no wide twins", "no lanes") and chosen.route_bytes == 0
+    with pytest.raises(BudgetError, match="minimum budget is 200 bytes"):
+        fit_plan(table, plan, budget=199, grid=grid)

@@ -36,7 +36,8 @@ def _started(two_tasks: tuple[Any, Any], processor: str, quiet: bool = False
     runtime = Runtime([RuntimeTask(workload.task(task), zoo, SLO(0.0, 1000.0))], processors)
     route = Route(StitchedVariant(task, (0, 0)), (processor, processor), wide=True,
                   quiet=quiet)
-    switching.load_pairs(runtime, switching.route_keys(runtime, route), "preload", wide=[task])
+    pairs = switching.route_keys(runtime, route)
+    switching.load_pairs(runtime, pairs, "preload", wide=pairs)
     runtime.start_workers()
     runtime.set_route(task, route, "plan")
     return runtime, zoo, workload

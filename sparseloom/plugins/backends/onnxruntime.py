@@ -69,47 +69,11 @@ def _probe_model() -> bytes:
     return model.SerializeToString()
 
 
-def _digest_path(artefact: Path) -> Path:
-    return artefact.with_name(artefact.name + ".sha256")
+def _cached_providers(record: Path, wanted: str) -> tuple[str, ...]:
+    """The providers that ran the model when it was first built (``(wanted,)`` when that was
+    not recorded: the load checks it anyway)."""
+    return recorded_devices(record) or (wanted,)
 
-
-def _artefact_sound(artefact: Path) -> bool:
-    """Whether a cached optimized model matches the SHA-256 recorded when it was written.
-
-    A damaged file would break every later load of that model, so it is checked on each
-    compile (the files are small); a mismatch is announced and the model optimized again.
-    """
-    from sparseloom.core.cache import cache_notice, file_hash
-
-    try:
-        recorded = _digest_path(artefact).read_text().strip()
-    except OSError:
-        return False  # written before digests were recorded, or mid-write: rebuild quietly
-    if file_hash(artefact) == recorded:
-        return True
-    cache_notice(f"the cached ONNX Runtime model {artefact} is damaged; optimizing it again")
-    return False
-
-
-def _providers_path(artefact: Path) -> Path:
-    return artefact.with_name(artefact.name + ".providers.json")
-
-
-def _cached_providers(artefact: Path, wanted: str) -> tuple[str, ...]:
-    """The providers that ran the model when ``artefact`` was built (``(wanted,)`` when that
-    was not recorded: the load checks it anyway)."""
-    return recorded_devices(_providers_path(artefact)) or (wanted,)
-
-
-def _store_artefact(built: Path, artefact: Path) -> None:
-    """Move a freshly optimized model into the cache and record its SHA-256 beside it."""
-    from sparseloom.core.cache import file_hash
-
-    digest = file_hash(built)
-    os.replace(built, artefact)
-    temporary = _digest_path(artefact).with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(digest)
-    os.replace(temporary, _digest_path(artefact))
 
 class OnnxRuntimeBackend(WorkerBackend):
     """ONNX Runtime on CPU, CUDA and TensorRT, discovered from the providers that answer."""
@@ -272,11 +236,16 @@ class OnnxRuntimeBackend(WorkerBackend):
 
     def compile(self, model: onnx.ModelProto | str | os.PathLike[str],
                 processor: Processor) -> CompiledModel:
-        """Optimize ``model`` for ``processor`` once and cache the result on disk.
+        """Build the model's session for ``processor`` once and record the providers that ran it.
 
-        CPU and CUDA: the graph-optimized model (``optimized_model_filepath``, level
-        ``extended`` on CPU, ``basic`` on CUDA) under ``<cache>/ort``. TensorRT: the engine
-        and timing caches under ``<cache>/ort/trt/<key>``; the source model is loaded.
+        No optimized copy of the model is kept: the load optimizes the graph (60 ms for the
+        dense ``sentiment`` model read from its batch-1 copy on an AMD EPYC Zen 4), because a
+        copy would hold the weights a second time on disk and in memory, where the source's
+        are mapped (:mod:`sparseloom.zoo.batch_one`). CPU: nothing is built (the CPU provider
+        always runs it; a session built here would also leave freed memory in the allocator
+        that the load's measurement then reuses). CUDA: the providers that ran it, recorded in
+        ``<cache>/ort/<key>.providers.json``. TensorRT: the engine and timing caches under
+        ``<cache>/ort/trt/<key>``.
         """
         import onnxruntime as ort
 
@@ -287,51 +256,47 @@ class OnnxRuntimeBackend(WorkerBackend):
         key = config_hash({"digest": source.digest, "device": processor.device,
                            "ort": ort.__version__, "options": dict(processor.options)})
         root = cache_dir() / "ort"
+        if kind == "CPU":
+            return CompiledModel("ort", processor.name, source, None, key)
+        engines: Path | None = None
+        record = root / f"{key}.providers.json"
         if kind == "TensorRT":
-            artefact = root / "trt" / key
-            artefact.mkdir(parents=True, exist_ok=True)
+            engines = root / "trt" / key
+            engines.mkdir(parents=True, exist_ok=True)
+            record = engines / "providers.json"
+        level = None if kind == "TensorRT" else "basic"
 
-            def build() -> tuple[tuple[str, ...], Path | None]:
-                session = self._session(source.path, processor, artefact)
-                return tuple(session.get_providers()), None
-        else:
-            artefact = root / f"{key}.onnx"
-            level = "extended" if kind == "CPU" else "basic"
+        def build() -> tuple[str, ...]:
+            options = self._session_options(processor, level)
+            session = ort.InferenceSession(str(source.path), options,
+                                           providers=self._providers(processor, engines))
+            return tuple(session.get_providers())
 
-            def build() -> tuple[tuple[str, ...], Path | None]:
-                options = self._session_options(processor, level)
-                tmp = artefact.with_suffix(f".{os.getpid()}.{id(options)}.tmp.onnx")
-                options.optimized_model_filepath = str(tmp)
-                session = ort.InferenceSession(str(source.path), options,
-                                               providers=self._providers(processor, None))
-                return tuple(session.get_providers()), tmp
-
-        if kind != "TensorRT" and artefact.is_file() and not _artefact_sound(artefact):
-            artefact.unlink(missing_ok=True)  # damaged or unverifiable: optimize it again
-        if not artefact.is_file() or kind == "TensorRT":
-            artefact.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "TensorRT" or recorded_devices(record) is None:
+            record.parent.mkdir(parents=True, exist_ok=True)
             try:
-                used, built = _worker.run_on(processor, build)
+                used = _worker.run_on(processor, build)
             except Exception as error:
                 notify_and_raise(processor, "compile", error,
                                  f"ONNX Runtime could not build {source.path.name} for "
                                  f"{processor.device}: {error}")
-            try:
-                if PROVIDERS[kind] not in used:  # caught here already, before any timing
-                    handle_fallback(processor, "CPU", used, operation="compile")
-                if built is not None:
-                    _store_artefact(built, artefact)
-            finally:
-                if built is not None:
-                    built.unlink(missing_ok=True)
-            if built is not None:
-                record_devices(_providers_path(artefact), used)
-        elif PROVIDERS[kind] not in _cached_providers(artefact, PROVIDERS[kind]):
-            # Compiled before (by this process or a probe process): the fallback it saw then is
-            # reported again now, as a fresh compile would.
-            handle_fallback(processor, "CPU", _cached_providers(artefact, PROVIDERS[kind]),
+            if PROVIDERS[kind] not in used:  # caught here already, before any timing
+                handle_fallback(processor, "CPU", used, operation="compile")
+            record_devices(record, used)
+        elif PROVIDERS[kind] not in _cached_providers(record, PROVIDERS[kind]):
+            # Built before (by this process or a probe process): the fallback it saw then is
+            # reported again now, as a fresh build would.
+            handle_fallback(processor, "CPU", _cached_providers(record, PROVIDERS[kind]),
                             operation="compile")
-        return CompiledModel("ort", processor.name, source, artefact, key)
+        return CompiledModel("ort", processor.name, source, engines, key)
+
+    def _warm(self, processor: Processor) -> None:
+        import numpy as np
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(_probe_model(), self._session_options(processor),
+                                       providers=self._providers(processor, None))
+        session.run(None, {"x": np.ones((1, 4), dtype=np.float32)})
 
     def _session(self, path: Path, processor: Processor, engine_dir: Path | None) -> Any:
         import onnxruntime as ort
@@ -346,10 +311,7 @@ class OnnxRuntimeBackend(WorkerBackend):
         (plus, on CUDA/TensorRT, the GPU memory growth NVML reports).
         """
         kind, index = _kind_and_index(processor.device)
-        if kind == "TensorRT":
-            path, engine_dir = compiled.source.path, compiled.artefact_path
-        else:
-            path, engine_dir = compiled.artefact_path or compiled.source.path, None
+        path, engine_dir = compiled.source.path, compiled.artefact_path
         warmup = example_inputs(compiled.inputs)
         session, memory_bytes, executor = self._create_on_worker(
             processor,

@@ -114,7 +114,8 @@ class OpenVinoBackend(WorkerBackend):
     def effective_settings(self, processor: Processor) -> dict[str, Any]:
         """The properties ``compile_model`` gets for ``processor`` (its cache folder aside):
         what the crash guard's messages name."""
-        return {k: v for k, v in self._config(processor).items() if k != "CACHE_DIR"}
+        return {k: v for k, v in self._config(processor).items()
+                if k not in ("CACHE_DIR", "CACHE_MODE")}
 
     # -- compile / load --------------------------------------------------------------------
 
@@ -122,6 +123,12 @@ class OpenVinoBackend(WorkerBackend):
         from sparseloom.core.cache import cache_dir
 
         config: dict[str, Any] = {"CACHE_DIR": str(cache_dir() / "ov")}
+        if _base_device(processor.device) == "CPU" and not processor.device.startswith("AUTO"):
+            # A weightless blob: the weights are read from the model file again (mapped,
+            # sparseloom.zoo.batch_one) instead of being kept a second time in the cache. The
+            # dense sentiment model's blob: 0.5 MiB instead of 86 MiB, imported in 0.24 s
+            # instead of 0.09 s (compiled cold in 0.56 s; AMD EPYC Zen 4, 2026-12-03).
+            config["CACHE_MODE"] = "OPTIMIZE_SIZE"
         if (_base_device(processor.device) == "CPU" and not processor.device.startswith("AUTO")
                 and not stock_defaults(processor)):
             # On CPUs with AMX or AVX512-BF16 OpenVINO runs f32 models in bf16 by default: on
@@ -134,6 +141,18 @@ class OpenVinoBackend(WorkerBackend):
         config |= {k: v for k, v in processor.options.items()
                    if k not in (FALLBACK_OPTION, STOCK_OPTION)}
         return config
+
+    def _warm(self, processor: Processor) -> None:
+        import numpy as np
+        import openvino as ov
+        import openvino.opset13 as ops
+
+        x = ops.parameter([1, 4], ov.Type.f32, name="x")
+        config = {k: v for k, v in self._config(processor).items()
+                  if k not in ("CACHE_DIR", "CACHE_MODE")}
+        compiled = self.core.compile_model(ov.Model([ops.relu(x)], [x], "warm"),
+                                           processor.device, config)
+        compiled.create_infer_request().infer({"x": np.ones((1, 4), dtype=np.float32)})
 
     def _compile_model(self, path: str, processor: Processor) -> Any:
         try:

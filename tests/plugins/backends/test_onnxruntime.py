@@ -35,14 +35,17 @@ def test_discovers_cpu_processor(ort):
     assert cpu.available and cpu.backend == "ort" and cpu.full_name
 
 
-def test_compile_caches_the_optimized_model(ort, model_files):
+def test_compile_on_cpu_keeps_no_copy_of_the_model(ort, model_files):
+    from sparseloom.core.cache import cache_dir
+
     processor = get_processor("ort:CPU")
-    first = ort.compile(model_files["conv"], processor)
-    assert first.artefact_path is not None and first.artefact_path.is_file()
-    stamp = first.artefact_path.stat().st_mtime_ns
-    again = ort.compile(model_files["conv"], processor)
-    assert again.artefact_path == first.artefact_path
-    assert again.artefact_path.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    before = {path.name for path in (cache_dir() / "ort").glob("*")}
+    compiled = ort.compile(model_files["conv"], processor)
+    assert compiled.artefact_path is None  # the load reads the source: no second copy
+    assert {path.name for path in (cache_dir() / "ort").glob("*")} == before
+    loaded = ort.load(compiled, processor)
+    assert loaded.executed_by == ("CPUExecutionProvider",)
+    ort.unload(loaded)
 
 
 def test_loaded_model_reports_signature_and_memory(ort, linear_loaded):
