@@ -67,6 +67,11 @@ from sparseloom.profile.table import ProfileTable, TaskProfile
 from sparseloom.profile.timing_guard import TimingWatch, profile_lock
 from sparseloom.zoo.tensors import dense_activations, take_batch
 
+#: How the profiled loads read their models and measure their memory: part of the profile's
+#: cache key, so a change to either measures the profile again (a table of memory figures
+#: taken the older way would misguide the preloader). Since 2026-12-03: batch-1 copies whose
+#: weights are mapped (``zoo/batch_one.py``), memory as private-memory growth.
+LOADS = "batch1-mapped/private-memory"
 #: Rows of calibration data used for the fidelity features.
 FIDELITY_ROWS = 64
 
@@ -114,7 +119,8 @@ def build_profile(
                 f"(the default is {default_sample_count(variants, zoo.positions)})"
             )
     key: dict[str, Any] = {
-        "sparseloom": __version__, "zoos": {n: z.hash for n, z in task_zoos.items()},
+        "sparseloom": __version__, "loads": LOADS,
+        "zoos": {n: z.hash for n, z in task_zoos.items()},
         "processors": [processor_key(p) for p in chosen],
         "profiler": options.config.cache_key(), "evaluation": options.evaluation_processor}
     store = ProfileStore.for_key(loaded.name, key, enabled=use_cache, root=cache_root)

@@ -177,3 +177,18 @@ def test_gpu_outputs_match_cpu(ort, model_files, kind):
         finally:
             ort.unload(loaded)
     np.testing.assert_allclose(outputs[gpu.name], outputs[cpu.name], rtol=1e-2, atol=1e-2)
+
+
+def test_cpu_mem_arena_option_reaches_the_session_and_bad_values_are_refused(ort):
+    from sparseloom.core.errors import ConfigError
+    from sparseloom.zoo.evaluate import evaluation_spec
+
+    off = get_processor("ort:CPU?cpu_mem_arena=0")
+    assert ort._session_options(off).enable_cpu_mem_arena is False
+    assert ort._session_options(get_processor("ort:CPU")).enable_cpu_mem_arena is True
+    with pytest.raises(ConfigError, match="cpu_mem_arena='yes'"):
+        get_processor("ort:CPU?cpu_mem_arena=yes")
+    # Exact evaluation runs batches: its ONNX Runtime CPU sessions keep no arena.
+    assert "cpu_mem_arena=0" in evaluation_spec("ort:CPU")
+    assert "cpu_mem_arena=1" in evaluation_spec("ort:CPU?cpu_mem_arena=1")
+    assert "cpu_mem_arena" not in evaluation_spec("ov:CPU")
