@@ -26,9 +26,6 @@ contender                configuration
 
 Every stock runtime serves the model files as they are, a symbolic batch dimension included;
 sparseloom's runtime serves them with the batch fixed to 1 (:mod:`sparseloom.zoo.batch_one`).
-Both load them with their weights as external data (:func:`~sparseloom.zoo.batch_one.
-mapped_path`), which the runtimes map: the same graph and numbers, less memory (the dense
-``sentiment`` model's hot latency read 0.88–1.03× of the embedded file's; docs/results.md).
 
 Requests of one task run one after another (one session per task, one caller thread); tasks
 run concurrently and the operating system time-slices them, as it does for a user's threads.

@@ -181,8 +181,7 @@ class ModelLoader:
 
     def model_path(self, key: ModelKey) -> Path:
         """The file subgraph ``key`` is loaded from: its zoo file or merged chain, as a batch-1
-        copy when :attr:`batch_one`, else as the copy with the same batch whose weights are
-        mapped (:func:`~sparseloom.zoo.batch_one.mapped_path`)."""
+        copy when :attr:`batch_one`."""
         task_name, position, variant = key
         zoo = self.tasks[task_name].zoo
         if isinstance(variant, tuple):  # a merged chain (WHOLE): merged once, then cached
@@ -191,11 +190,11 @@ class ModelLoader:
             path = merged_path(zoo, variant)
         else:
             path = zoo.subgraph_path(position, variant)
-        from sparseloom.zoo.batch_one import batch_one_path, batch_params, mapped_path
-
         if self.batch_one:
-            return batch_one_path(path, batch_params(zoo.boundary(0).inputs))
-        return mapped_path(path)  # its own batch, its weights mapped all the same
+            from sparseloom.zoo.batch_one import batch_one_path, batch_params
+
+            path = batch_one_path(path, batch_params(zoo.boundary(0).inputs))
+        return path
 
     def probe(self, loads: Iterable[tuple[ModelKey, ProcessorWorker, tuple[int, ...]]]) -> None:
         """Probe in one child process every model that :meth:`load` of these (key, worker,

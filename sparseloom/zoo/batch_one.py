@@ -41,7 +41,7 @@ from sparseloom.core.cache import cache_dir, file_hash, file_lock
 from sparseloom.core.errors import ZooError
 from sparseloom.isolation.guard import register_alternative
 
-__all__ = ["batch_one_path", "batch_params", "mapped_path", "weight_bytes"]
+__all__ = ["batch_one_path", "batch_params", "weight_bytes"]
 
 #: Initializers of at least this many bytes are stored once per content, as external data.
 EXTERNAL_MIN_BYTES = 64 * 1024
@@ -80,32 +80,17 @@ def batch_one_path(path: str | os.PathLike[str], params: Iterable[str]) -> Path:
     return copy
 
 
-def mapped_path(path: str | os.PathLike[str]) -> Path:
-    """``path`` as it is (a symbolic batch included) with its weights as shared external data,
-    like a batch-1 copy's: what a runtime that keeps the model's own batch loads (the stock
-    contenders of ``bench serve``), so that its sessions map the weights too. ``path`` itself
-    when it has no initializer of :data:`EXTERNAL_MIN_BYTES`.
-
-    :raises ZooError: the model cannot be read or the copy cannot be written.
-    """
-    source = Path(path)
-    stat = source.stat()
-    copy = _specialised(str(source.resolve()), stat.st_mtime_ns, stat.st_size, ())
-    return source if copy is None else copy
-
-
 @functools.lru_cache(maxsize=4096)
 def _specialised(path: str, _mtime_ns: int, _size: int, params: tuple[str, ...]
                  ) -> Path | None:
     """The batch-1 copy of one version of one file, ``None`` when the model names none of
-    ``params``; with no ``params``, the copy with its weights external, ``None`` when it has
-    none that large (memoised in the process)."""
+    ``params`` (memoised in the process)."""
     import onnx
     from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
 
     digest = file_hash(path)[:16]
     folder = cache_dir() / "batch1"
-    target = folder / f"{digest}-{'_'.join(params) or 'mapped'}.ref.onnx"
+    target = folder / f"{digest}-{'_'.join(params)}.ref.onnx"
     if target.is_file() and _complete(target):
         return target
     try:
@@ -114,10 +99,7 @@ def _specialised(path: str, _mtime_ns: int, _size: int, params: tuple[str, ...]
         raise ZooError(f"cannot read {path} to fix its batch dimension to 1: {error}") from error
     named = _dim_params(model.graph)
     present = [name for name in params if name in named]
-    if params and not present:
-        return None
-    if not params and not any(len(t.raw_data) >= EXTERNAL_MIN_BYTES
-                              for t in model.graph.initializer):
+    if not present:
         return None
     for name in present:
         make_dim_param_fixed(model.graph, name, 1)

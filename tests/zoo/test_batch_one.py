@@ -75,37 +75,3 @@ def test_batch_params_are_the_named_first_dimensions() -> None:
               {"name": "e", "shape": ["batch", 2]}]
     assert batch_params(inputs) == ("batch", "N")
 
-
-def test_a_mapped_copy_keeps_the_batch_and_the_answers(tmp_path) -> None:
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
-    from sparseloom.zoo.batch_one import mapped_path, weight_bytes
-
-    weight = np.random.default_rng(1).standard_normal((256, 128)).astype(np.float32)  # 128 KiB
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "m",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 128])],
-        [numpy_helper.from_array(weight, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "m.onnx"))
-    copy = mapped_path(tmp_path / "m.onnx")
-    assert copy.name.endswith("-mapped.ref.onnx") and copy.stat().st_size < weight.nbytes // 10
-    assert weight_bytes(copy) == weight.nbytes
-    loaded = onnx.load(str(copy), load_external_data=False)
-    assert loaded.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
-    x = np.random.default_rng(2).standard_normal((3, 256)).astype(np.float32)
-    (y,) = ort.InferenceSession(str(copy), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    np.testing.assert_allclose(y, x @ weight, rtol=1e-4, atol=1e-4)
-    # A model without a large weight is served as it is.
-    small = tmp_path / "small.onnx"
-    onnx.save(helper.make_model(helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "s",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])]),
-        opset_imports=[helper.make_opsetid("", 17)]), str(small))
-    assert mapped_path(small) == small
