@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from sparseloom.cli.parsing import LATENCY_MULTIPLIER, ROUNDS
-from sparseloom.cli.placement_options import processors_option
+from sparseloom.cli.placement_options import memory_budget_option, processors_option
 
 SCENARIO_CHOICES = ("closed", "capacity", "grid")
 
@@ -41,13 +41,21 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
 @click.option("--quick", is_flag=True,
               help="Fewer rounds, 100-request capacity probes, 3 bisection steps, k = 5 only: "
                    "minutes instead of half an hour; every run still VALID.")
+@memory_budget_option("Memory budget each policy contender's server serves within (as "
+                      "`sparseloom run`)")
+@click.option("--keep-loaded", "keep_loaded", default=None, metavar="SIZE",
+              help="Bound what the benchmark keeps loaded between runs (`800MiB`, `1.5GiB`, "
+                   "bytes): idle models beyond it are unloaded and loaded again when a later "
+                   "run needs them (outside every run's figures) [default: keep every model "
+                   "until the end].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[str, ...],
                   rounds: int | None, capacity_rounds: int | None, grid_rounds: int | None,
                   ks: tuple[float, ...], processors: tuple[str, ...], quick: bool,
-                  out: Path | None, as_json: bool) -> None:
+                  out: Path | None, as_json: bool, keep_loaded: str | None = None,
+                  memory_budget: str = "1.0") -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
     Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
@@ -60,6 +68,8 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     import attrs
 
     from sparseloom.cli.output import ensure_output_dir
+    from sparseloom.cli.parsing import parse_size
+    from sparseloom.cli.placement_options import read_budget
     from sparseloom.cli.run import load_profiled
     from sparseloom.core.types import repeated
     from sparseloom.evaluation.bench_serve import BenchInterrupted, bench_serve, nothing_measured
@@ -77,6 +87,10 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
         changes["capacity_rounds"] = capacity_rounds
     if grid_rounds is not None:
         changes["grid_rounds"] = grid_rounds
+    if memory_budget != "1.0":
+        changes["memory_budget"] = read_budget(memory_budget)
+    if keep_loaded is not None:
+        changes["keep_bytes"] = parse_size(keep_loaded, "--keep-loaded")
     if ks:
         if repeated(ks):
             raise click.UsageError(f"--k repeats a value: {', '.join(f'{k:g}' for k in ks)}")

@@ -38,10 +38,14 @@ class _Steps:
         self._current: tuple[str, float] | None = None
 
     def begin(self, text: str, short: str) -> None:
+        from sparseloom.plugins.backends._memory import release_free_memory, rss_bytes
+
         self._finish()
+        release_free_memory()  # what the last step freed goes back to the OS, not to its heap
         elapsed = time.perf_counter() - self.started
         click.secho(f"\n[{len(self.times) + 1}/{self.total}] {text}  "
-                    f"(at {elapsed // 60:.0f}:{elapsed % 60:02.0f})", bold=True)
+                    f"(at {elapsed // 60:.0f}:{elapsed % 60:02.0f}, "
+                    f"{rss_bytes() / 2**30:.2f} GiB resident)", bold=True)
         self._current = (short, time.perf_counter())
 
     def _finish(self) -> None:
@@ -92,8 +96,6 @@ def demo_command(
     """
     from sparseloom.api import load_workload
     from sparseloom.cli.devices import devices_command
-    from sparseloom.cli.profile import profile_command
-    from sparseloom.cli.workloads import build_command
     from sparseloom.cli.zoo import (
         _options,
         _processors,
@@ -111,7 +113,7 @@ def demo_command(
     ctx.invoke(devices_command)
     steps.begin(f"Workload {workload!r}: real data, trained models (built on the first run, "
                 "then taken from the cache)", "workload")
-    ctx.invoke(build_command, workload=workload)
+    _in_child("workloads", "build", workload)
     processors, why = demo_processors(workload, processors)
     click.echo(f"processors: {', '.join(processors)} ({why})" if processors else
                f"processors: {why}")
@@ -152,9 +154,10 @@ def demo_command(
     # (`sparseloom profile WORKLOAD --validate`), which multiply its run time.
     click.echo(f"shortened validation: one training draw, no estimator ablation; the full "
                f"report is `sparseloom profile {workload} --validate`")
-    ctx.invoke(profile_command, workload=workload, processors=processors,
-               subgraphs=subgraphs, variants=variants, validate=True,
-               no_ablation=True, redraws=1, out=out_dir / "profile")
+    _in_child("profile", workload, *(a for p in processors for a in ("-p", p)),
+              *(("-S", str(subgraphs)) if subgraphs is not None else ()),
+              *(("--variants", variants) if variants is not None else ()),
+              "--validate", "--no-ablation", "--redraws", "1", "--out", str(out_dir / "profile"))
     from sparseloom.cli.bench_serve import serve_command
     from sparseloom.cli.run import run_command
 
@@ -162,15 +165,38 @@ def demo_command(
     steps.begin(f"Serving every task at once with `{DEMO_POLICY}` (the runtime), each task at "
                 f"its dense metric − 1 point and {DEMO_K:g} × its isolated dense latency, "
                 f"{queries} requests per task (the largest eval set, so the accuracy measured "
-                f"is the served variant's, not a sample's)", "run")
+                f"is the served variant's, not a sample's), within a memory budget of "
+                f"{DEMO_MEMORY_BUDGET} of full preloading", "run")
     ctx.invoke(run_command, workload=workload, policy=DEMO_POLICY, queries=queries,
-               processors=processors,
+               processors=processors, memory_budget=DEMO_MEMORY_BUDGET,
                slo_specs=tuple(f"{t}={s.accuracy!r},{s.latency_ms!r}" for t, s in slos.items()))
     steps.begin("sparseloom against the stock runtimes, side by side (`sparseloom bench serve "
                 f"{workload} --quick`; the full benchmark is without --quick)", "bench")
     ctx.invoke(serve_command, workload=workload, quick=True, contenders=DEMO_CONTENDERS,
-               processors=processors, out=out_dir / "bench")
+               processors=processors, out=out_dir / "bench", memory_budget=DEMO_MEMORY_BUDGET)
     click.echo("\n" + steps.summary())
+
+
+def _in_child(*args: str) -> None:
+    """``sparseloom ARGS`` in a child process, for a step whose memory this process would keep:
+    building the workload imports PyTorch and reads the datasets (0.5 GiB kept when run in the
+    demo's process), profiling loads every subgraph on every processor (0.37 GiB kept; AMD
+    EPYC, 2026-12-03). Its output is echoed line by line as it comes; its progress bars and
+    errors go to this process's standard error.
+
+    :raises click.exceptions.Exit: the step failed (its own message is printed), with its
+        status; 130 after Ctrl-C.
+    """
+    import os
+    import subprocess
+
+    with subprocess.Popen([sys.executable, "-m", "sparseloom", *args], stdout=subprocess.PIPE,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True) as child:
+        for line in child.stdout or ():  # (never None: stdout=PIPE)
+            click.echo(line, nl=False)
+    status = child.returncode
+    if status != 0:
+        raise click.exceptions.Exit(130 if status in (130, -2) else status)
 
 
 #: What the demo serves with, at which latency multiplier, and whom it compares it with.
@@ -178,6 +204,13 @@ DEMO_POLICY = "sparseloom-loaded"
 DEMO_K = 10.0
 DEMO_CONTENDERS = ("sparseloom", "sparseloom-loaded", "stock-ort", "stock-ov",
                    "stock-ort-matched", "stock-ov-matched", "picks-ort")
+#: The memory budget the serving steps serve within, a fraction of full preloading: an edge
+#: board's. At full preloading the benchmark step held 3.2 GiB with its seven contenders'
+#: models loaded together on ``default``, at 0.5 2.4 GiB (AMD EPYC, 2026-12-03). Bounding what
+#: the benchmark keeps between runs instead (``--keep-loaded 768MiB``: 2.1 GiB) loads models
+#: again before runs, which then start cold: every contender measured lower, the step took
+#: twice as long.
+DEMO_MEMORY_BUDGET = "0.5"
 
 
 def demo_processors(workload: str, given: tuple[str, ...]) -> tuple[tuple[str, ...], str]:

@@ -109,15 +109,9 @@ _BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 def parse_budget(text: str) -> float | int:
     """``0.55`` (a fraction of full preloading, with a decimal point), ``123456`` (bytes) or
     a size with a unit (``1.5GiB``, ``800MB``, ``512 MiB``: bytes)."""
-    import re
-
-    sized = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)\s*", text)
-    if sized and sized.group(2).lower() in _BYTE_UNITS:
-        value = float(sized.group(1)) * _BYTE_UNITS[sized.group(2).lower()]
-        if not math.isfinite(value) or value < 1:
-            raise ConfigError(f"--memory-budget {text!r} is below one byte; give a size such "
-                              "as 1.5GiB")
-        return int(value)
+    sized = _sized(text, "--memory-budget")
+    if sized is not None:
+        return sized
     try:
         number: float | int = float(text) if any(c in text for c in ".eE") else int(text)
     except ValueError:
@@ -126,6 +120,32 @@ def parse_budget(text: str) -> float | int:
                           f"byte count such as 50000000, nor a size such as 1.5GiB (units: "
                           f"{units})") from None
     return number
+
+
+def parse_size(text: str, option: str) -> int:
+    """``123456`` (bytes) or a size with a unit (``1.5GiB``, ``800MB``): bytes, for
+    ``option`` (named in the error)."""
+    sized = _sized(text, option)
+    if sized is not None:
+        return sized
+    if text.strip().isdigit():
+        return int(text)
+    units = ", ".join(sorted(_BYTE_UNITS, key=_BYTE_UNITS.__getitem__))
+    raise ConfigError(f"{option} {text!r} is neither a byte count such as 50000000 nor a size "
+                      f"such as 1.5GiB (units: {units})")
+
+
+def _sized(text: str, option: str) -> int | None:
+    """Bytes of a size with a unit (``1.5GiB``), ``None`` when ``text`` has no known unit."""
+    import re
+
+    sized = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)\s*", text)
+    if not sized or sized.group(2).lower() not in _BYTE_UNITS:
+        return None
+    value = float(sized.group(1)) * _BYTE_UNITS[sized.group(2).lower()]
+    if not math.isfinite(value) or value < 1:
+        raise ConfigError(f"{option} {text!r} is below one byte; give a size such as 1.5GiB")
+    return int(value)
 
 
 def finite_options(**values: float | None) -> None:

@@ -25,6 +25,24 @@ def processors_option(help: str) -> Callable[[Command], Command]:
                         callback=distinct_processors, help=help)
 
 
+def memory_budget_option(what: str) -> Callable[[Command], Command]:
+    """``--memory-budget`` (a string; :func:`read_budget` reads it), its help opening with
+    ``what``."""
+    return click.option("--memory-budget", default="1.0", show_default=True,
+                        help=f"{what}: a fraction of full preloading in (0, 1] (0.55), or a "
+                             f"size (1.5GiB, 800MB, or bytes).")
+
+
+def read_budget(memory_budget: str) -> float | int:
+    """The value of :func:`memory_budget_option`: a fraction of full preloading or bytes.
+
+    :raises ConfigError: it is neither, or not above 0."""
+    budget = parse_budget(memory_budget)
+    if budget <= 0:
+        raise ConfigError(f"--memory-budget must be > 0, got {memory_budget}")
+    return budget
+
+
 def placement_options(processors_help: str) -> Callable[[Command], Command]:
     """Add ``--policy``, ``--slo`` (as ``slo_specs``), ``--memory-budget`` and ``-p`` (its help
     ``processors_help``) to a click command function (apply below ``@click.command``)."""
@@ -34,10 +52,8 @@ def placement_options(processors_help: str) -> Callable[[Command], Command]:
         click.option("--slo", "slo_specs", multiple=True, metavar="TASK=ACCURACY,LATENCY_MS",
                      help="A task's SLO (repeat); other tasks: the workload's, else the middle "
                           "of their SLO grid."),
-        click.option("--memory-budget", default="1.0", show_default=True,
-                     help="Memory budget of the whole server (preloaded subgraphs, routes, "
-                          "twins, lanes): a fraction of full preloading in (0, 1] (0.55), or a "
-                          "size (1.5GiB, 800MB, or bytes)."),
+        memory_budget_option("Memory budget of the whole server (preloaded subgraphs, "
+                             "routes, twins, lanes)"),
         processors_option(processors_help),
     )
 
@@ -57,7 +73,4 @@ def read_placement(policy: str, slo_specs: tuple[str, ...], memory_budget: str
 
     get_registry().get_policy(policy)
     slos = parse_slos(slo_specs)
-    budget = parse_budget(memory_budget)
-    if budget <= 0:
-        raise ConfigError(f"--memory-budget must be > 0, got {memory_budget}")
-    return slos, budget
+    return slos, read_budget(memory_budget)

@@ -63,7 +63,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     :raises BenchInterrupted: Ctrl-C (a ``KeyboardInterrupt``), anywhere in the benchmark: it
         stops at once and carries the report of what was measured, marked ``incomplete``.
     """
-    from sparseloom.runtime.models import keep_loaded
+    from sparseloom.runtime.kept import keep_loaded
     from sparseloom.runtime.session import profile_processors
 
     options = options or BenchOptions()
@@ -73,7 +73,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     processors = profile_processors(profile)
     cores = tuple(sorted({c for p in processors for c in p.cores}))
     precision = openvino_precision(processors)
-    context = ServeContext(workload, profile, zoos, cores, precision)
+    context = ServeContext(workload, profile, zoos, cores, precision, options.memory_budget)
     recorder = Recorder(progress)
     report: dict[str, Any] = {"workload": workload.name, "machine": machine(),
                               "options": _options(options), "contenders": [
@@ -87,8 +87,10 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                                              for p in processors],
                               "scenarios": {}}
     try:
-        with keep_loaded():
+        with keep_loaded(options.keep_bytes) as pool:
             _run_scenarios(report, context, chosen, options, recorder)
+            report["kept_models"] = {"max_bytes": options.keep_bytes, "evicted": pool.evicted,
+                                     "reloads": pool.reloads}
     except KeyboardInterrupt as interrupt:
         report.setdefault("incomplete", {
             "reason": "interrupted (Ctrl-C) before the first scenario started",

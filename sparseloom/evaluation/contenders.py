@@ -90,13 +90,16 @@ def select_contenders(names: Sequence[str]) -> list[Contender]:
 @attrs.define(eq=False)
 class ServeContext:
     """What every contender of one benchmark shares: the workload, its profile and zoos, the
-    cores of sparseloom's processors, and the picks of the sparseloom policy per SLO set."""
+    cores of sparseloom's processors, the memory budget policy contenders serve within
+    (:class:`~sparseloom.runtime.session.RunConfig`), and the picks of the sparseloom policy
+    per SLO set."""
 
     workload: Any
     profile: Any
     zoos: Mapping[str, Any]
     cores: tuple[int, ...]
     precision: str = "f32"
+    memory_budget: float | int = 1.0
     _picks: dict[tuple[tuple[str, float, float], ...], dict[str, tuple[int, ...]]] = \
         attrs.field(factory=dict, init=False)
 
@@ -120,7 +123,8 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
 
         return serve(context.workload, context.profile,
                      RunConfig(policy=contender.policy or contender.name, slos=dict(slos),
-                               load=spec, options=contender.options or RuntimeOptions())
+                               load=spec, options=contender.options or RuntimeOptions(),
+                               memory_budget=context.memory_budget)
                      ).summary
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")

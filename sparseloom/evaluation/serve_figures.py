@@ -67,6 +67,12 @@ class BenchOptions:
         ks: latency SLO multipliers (capacity, grid).
         baseline_ks: the ks at which baselines run in the capacity search.
         seed: seeds the eval rows (``seed + round``) and arrivals.
+        memory_budget: the memory budget every policy contender serves within, a fraction
+            of full preloading or bytes (``RunConfig.memory_budget``).
+        keep_bytes: the backend-measured bytes of idle models kept loaded between runs
+            (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
+            benchmark ends). A bound trades memory for reloads between runs, which no run's
+            figures include.
     """
 
     scenarios: tuple[str, ...] = attrs.field(default=SCENARIOS, converter=as_tuple)
@@ -79,6 +85,9 @@ class BenchOptions:
     ks: tuple[float, ...] = attrs.field(default=KS, converter=as_tuple)
     baseline_ks: tuple[float, ...] = attrs.field(default=(5.0,), converter=as_tuple)
     seed: int = 0
+    memory_budget: float | int = attrs.field(default=1.0, validator=attrs.validators.gt(0))
+    keep_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(0)))
 
     def __attrs_post_init__(self) -> None:
         unknown = [s for s in self.scenarios if s not in SCENARIOS]

@@ -137,18 +137,16 @@ def _evict(runtime: Runtime, want: int, keep: set[tuple[ModelKey, str]], what: s
 
 
 def unload(runtime: Runtime, worker_name: str, key: ModelKey) -> None:
-    """Unload one resident model (a model a ``keep_loaded`` block keeps stays loaded there)."""
-    from sparseloom.runtime.models import kept_ids
+    """Unload one resident model (a model a ``keep_loaded`` block keeps goes back to it)."""
+    from sparseloom.runtime.kept import release
 
     worker = runtime.workers[worker_name]
     model = worker.models.pop(key, None)
     if model is None:
         return
-    kept = kept_ids()
     for loaded in (model.loaded, model.wide_loaded):
-        if loaded is not None and id(loaded) not in kept:
-            with contextlib.suppress(Exception):  # it is no longer served
-                model.backend.unload(loaded)
+        if loaded is not None:
+            release(model.backend, loaded)
 
 
 def weights_bytes(runtime: Runtime) -> int:

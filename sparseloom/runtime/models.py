@@ -8,10 +8,9 @@ are checked per request by :func:`check_request_inputs`; eval-set rows once per 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ import numpy as np
 from sparseloom.core.errors import BackendError, RuntimeServeError
 from sparseloom.core.processors import discover_processors, get_backend, get_processor
 from sparseloom.core.types import SLO, Processor
+from sparseloom.runtime.kept import kept, release
 from sparseloom.runtime.records import LoadEvent
 from sparseloom.runtime.resident import ModelKey, ResidentModel
 from sparseloom.runtime.worker import ProcessorWorker
@@ -89,38 +89,6 @@ def check_request_inputs(task: RuntimeTask, inputs: Mapping[str, Any]) -> dict[s
                                f"expected {shape} with a batch of 1")
         arrays[name] = array
     return arrays
-
-
-#: Loaded models kept across runtimes inside :func:`keep_loaded`, by (subgraph file, processor).
-_KEPT: dict[tuple[str, Any], tuple[Any, Any]] | None = None
-
-
-@contextlib.contextmanager
-def keep_loaded() -> Iterator[None]:
-    """Within the block, a model loaded by any runtime stays loaded when that runtime stops,
-    and a later runtime loading the same file on the same processor reuses it.
-
-    ``sparseloom bench serve`` runs every contender many times: without this each run would
-    compile and load every subgraph again (seconds per run, and a GIL-holding session build
-    per model). Leaving the block unloads them. Not reentrant.
-    """
-    global _KEPT
-    if _KEPT is not None:
-        yield
-        return
-    _KEPT = {}
-    try:
-        yield
-    finally:
-        kept, _KEPT = _KEPT, None
-        for backend, loaded in kept.values():
-            with contextlib.suppress(Exception):  # the models are no longer served
-                backend.unload(loaded)
-
-
-def kept_ids() -> set[int]:
-    """The ``id`` of every loaded model a :func:`keep_loaded` block keeps (it unloads them)."""
-    return {id(loaded) for _, loaded in (_KEPT or {}).values()}
 
 
 @attrs.define(eq=False)
@@ -222,22 +190,23 @@ class ModelLoader:
         task = self.tasks[task_name]
         path = self.model_path(key)
         started = time.perf_counter()
-        kept = _KEPT.get((str(path), processor)) if _KEPT is not None else None
-        if kept is not None:
-            backend, loaded = kept
+        pool = kept()
+        reused = pool.take((str(path), processor)) if pool is not None else None
+        if reused is not None:
+            backend, loaded = reused
             compiled_at = time.perf_counter()
         else:
             compiled = backend.compile(str(path), processor)
             compiled_at = time.perf_counter()
             loaded = backend.load(compiled, processor)
-            if _KEPT is not None:
-                _KEPT[(str(path), processor)] = (backend, loaded)
+            if pool is not None:
+                pool.add((str(path), processor), backend, loaded, time.perf_counter() - started)
         done = time.perf_counter()
         boundary = set(task.zoo.boundary(max(position, 0)).input_names)
         unknown = [name for name in loaded.input_names if name not in boundary]
         if unknown:
-            if _KEPT is not None:
-                _KEPT.pop((str(path), processor), None)
+            if pool is not None:
+                pool.drop((str(path), processor))
             backend.unload(loaded)
             what = (f"the merged chain {list(variant)}" if isinstance(variant, tuple) else
                     f"subgraph {position} (variant {variant})")
@@ -255,16 +224,13 @@ class ModelLoader:
         return loaded, runner, event
 
     def unload_all(self, workers: Mapping[str, ProcessorWorker]) -> None:
-        """Unload every resident model (errors are ignored: the run is over)."""
-        kept = kept_ids()
+        """Unload every resident model, or hand it back to the :func:`~sparseloom.runtime.kept.
+        keep_loaded` pool that keeps it (errors are ignored: the run is over)."""
         for worker in workers.values():
             for model in list(worker.models.values()):
                 for loaded in (model.loaded, model.wide_loaded):
-                    if loaded is None or id(loaded) in kept:
-                        continue  # keep_loaded() unloads it when its block ends
-                    # Unloading at the end must not hide the summary.
-                    with contextlib.suppress(Exception):
-                        model.backend.unload(loaded)
+                    if loaded is not None:
+                        release(model.backend, loaded)
             worker.models.clear()
 
 

@@ -207,6 +207,8 @@ def test_numbers_beyond_their_bounds_are_refused_before_any_work(tiny_entry: Pat
         (["infer", model, "--repeat", huge], ["--repeat", "1000000"]),
         (["bench", "serve", "tiny", "--k", "1e300"], ["--k", "1000"]),
         (["bench", "serve", "tiny", "--rounds", huge], ["--rounds"]),
+        (["bench", "serve", "tiny", "--keep-loaded", "lots"],
+         ["--keep-loaded", "'lots'", "1.5GiB", "units"]),
         (["evaluate", "tiny", "--repeats", huge], ["--repeats"]),
         (["infer", model, "-p", "ort:CPU?cores=0-400000000"],
          ["cores '0-400000000'", "core 400000000", "not usable by this process"]),

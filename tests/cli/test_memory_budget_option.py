@@ -1,10 +1,11 @@
-"""``--memory-budget``: a fraction, a byte count or a size with a unit."""
+"""``--memory-budget``: a fraction, a byte count or a size with a unit; ``--keep-loaded``: a
+byte count or a size."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparseloom.cli.parsing import parse_budget
+from sparseloom.cli.parsing import parse_budget, parse_size
 from sparseloom.core.errors import ConfigError
 
 
@@ -24,3 +25,11 @@ def test_budgets_are_read_as_fractions_bytes_or_sizes(text: str, expected: float
 def test_a_budget_that_is_not_one_says_what_is_accepted(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_budget(text)
+
+
+def test_sizes_are_bytes_or_sizes_with_a_unit_never_fractions() -> None:
+    assert parse_size("768MiB", "--keep-loaded") == 768 * 2**20
+    assert parse_size(" 4096 ", "--keep-loaded") == 4096
+    for text in ("0.5", "-3", "lots"):
+        with pytest.raises(ConfigError, match=r"--keep-loaded .*neither a byte count"):
+            parse_size(text, "--keep-loaded")

@@ -83,7 +83,7 @@ def test_stock_ort_leaves_threads_at_onnxruntime_defaults() -> None:
 
 def test_closed_rounds_rotate_the_contenders_on_the_same_load(context: ServeContext) -> None:
     from sparseloom.evaluation.serve_scenarios import closed
-    from sparseloom.runtime.models import keep_loaded
+    from sparseloom.runtime.kept import keep_loaded
 
     contenders = select_contenders(["sparseloom", "stock-ort", "picks-ort"])
     recorder = Recorder()
@@ -314,3 +314,22 @@ def test_a_policy_contender_may_serve_another_policy_with_its_own_runtime_settin
     plain = serve_contender(context, Contender("sparseloom-loaded", "policy"),
                             LoadSpec("closed", queries=20), slos)
     assert plain.settings["window"] == RuntimeOptions().window == 20
+
+
+def test_policy_contenders_serve_within_the_benchmarks_memory_budget(
+        context: ServeContext) -> None:
+    import attrs
+
+    from sparseloom.evaluation.contenders import serve_contender
+    from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.runtime.load import LoadSpec
+
+    slos = dense_slos(context, {t: 1e3 for t in context.workload.task_names})
+    policy = select_contenders(["sparseloom"])[0]
+    whole = serve_contender(context, policy, LoadSpec("closed", queries=20), slos).memory
+    half = serve_contender(attrs.evolve(context, memory_budget=0.5), policy,
+                           LoadSpec("closed", queries=20), slos).memory
+    assert half["budget_bytes"] < whole["budget_bytes"]
+    assert 0 < half["loaded_bytes"] <= half["runtime_budget_bytes"]
+    with pytest.raises(ValueError, match="memory_budget"):
+        BenchOptions(memory_budget=0)

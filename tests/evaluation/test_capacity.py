@@ -103,7 +103,7 @@ def test_capacity_search_finds_the_known_capacity(tmp_path: Path,
     from sparseloom.evaluation.serve_scenarios import capacity, closed
     from sparseloom.profile.builder import ProfileOptions, build_profile
     from sparseloom.profile.measure import ProfilerConfig
-    from sparseloom.runtime.models import keep_loaded
+    from sparseloom.runtime.kept import keep_loaded
     from sparseloom.workload.load import load_workload
     from sparseloom.zoo.build import build_zoo
     from sparseloom.zoo.options import ZooOptions

@@ -64,7 +64,9 @@ def test_a_switch_beyond_the_budget_unloads_idle_models_first(tiny: tuple[Any, A
                       profile=profile)
     first = Route(StitchedVariant("tiny", (0, 0)), (processor, processor))
     switching.load_pairs(runtime, switching.route_keys(runtime, first), "preload")
-    idle = [(("tiny", 0, 1), processor), (("tiny", 1, 1), processor)]
+    # Two variants' worth of idle models: what one load measures depends on what the process
+    # loaded before (pages already resident), so one variant's may not free enough for another.
+    idle = [(("tiny", j, c), processor) for c in (1, 3) for j in (0, 1)]
     switching.load_pairs(runtime, idle, "preload")
     loaded = resident_bytes(runtime.workers)
     runtime.loader.memory_budget = loaded  # full: the next model must make room
@@ -85,8 +87,9 @@ def test_a_switch_beyond_the_budget_unloads_idle_models_first(tiny: tuple[Any, A
         in_use = (("tiny", 0, 2), ("tiny", 1, 2))
         runtime.loader.memory_budget = sum(models[key].memory_bytes for key in in_use)
         before = set(models)
+        unloaded = [key for key, _ in idle if key not in models]  # the switch unloaded these
         with pytest.raises(OverBudget, match="memory budget"):
-            switching.load_pairs(runtime, [(("tiny", 0, 3), processor)], "switch")
+            switching.load_pairs(runtime, [(unloaded[0], processor)], "switch")
         assert set(models) == before
     finally:
         runtime.stop()

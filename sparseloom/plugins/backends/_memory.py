@@ -96,9 +96,9 @@ def drop_mapped_weights() -> int:
     return released
 
 
-def _release_free_memory() -> None:
-    # Freed-but-kept heap pages would be reused by the load without growing RSS: hand them
-    # back to the OS first (glibc's malloc_trim), so that the growth counts the model.
+def release_free_memory() -> None:
+    """Collect garbage and hand freed-but-kept heap pages back to the OS (glibc's
+    ``malloc_trim``; nothing where it is absent)."""
     import gc
 
     gc.collect()
@@ -129,7 +129,9 @@ def measure_rss(fn: Callable[[], T]) -> tuple[T, int]:
     """Run ``fn`` alone among measured loads; return its result and the growth of private
     memory in bytes."""
     with _measure_lock:
-        _release_free_memory()
+        # Freed-but-kept heap pages would be reused by the load without growing RSS: hand
+        # them back first, so that the growth counts the model.
+        release_free_memory()
         before = _settled_size()
         result = fn()
         grown = _settled_size() - before

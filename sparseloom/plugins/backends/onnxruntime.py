@@ -5,7 +5,8 @@ Processor options (strings) this backend reads:
 - ``graph_optimization_level``: ``disable``, ``basic``, ``extended`` or ``all`` (default).
 - ``cpu_mem_arena``: ``1`` (default) or ``0``: ``SessionOptions.enable_cpu_mem_arena``. The
   arena keeps the largest activations a session ever ran: one batch-256 pass of a ``sentiment``
-  subgraph left 422 MiB resident, 33 MiB without it (AMD EPYC, 2026-12-03).
+  subgraph left 422 MiB resident, 33 MiB without it (AMD EPYC, 2026-12-03), so exact
+  evaluation over batches turns it off (:func:`sparseloom.zoo.evaluate.evaluation_spec`).
 - ``session.<key>``: an ORT session config entry, e.g. ``session.intra_op.allow_spinning=0``.
 - ``ep.<key>``: a provider option, e.g. ``ep.trt_fp16_enable=True``, ``ep.gpu_mem_limit=...``.
 - ``on_fallback``: ``error`` (default) or ``warn`` when the provider asked for does not run it.

@@ -188,4 +188,7 @@ def test_cpu_mem_arena_option_reaches_the_session_and_bad_values_are_refused(ort
     assert ort._session_options(get_processor("ort:CPU")).enable_cpu_mem_arena is True
     with pytest.raises(ConfigError, match="cpu_mem_arena='yes'"):
         get_processor("ort:CPU?cpu_mem_arena=yes")
-    assert "cpu_mem_arena=0" in evaluation_spec("ort:CPU?cpu_mem_arena=0")  # as given
+    # Exact evaluation runs batches: its ONNX Runtime CPU sessions keep no arena.
+    assert "cpu_mem_arena=0" in evaluation_spec("ort:CPU")
+    assert "cpu_mem_arena=1" in evaluation_spec("ort:CPU?cpu_mem_arena=1")
+    assert "cpu_mem_arena" not in evaluation_spec("ov:CPU")
