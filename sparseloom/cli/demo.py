@@ -208,8 +208,8 @@ DEMO_CONTENDERS = ("sparseloom", "sparseloom-loaded", "stock-ort", "stock-ov",
 #: board's. At full preloading the benchmark step held 3.2 GiB with its seven contenders'
 #: models loaded together on ``default``, at 0.5 2.4 GiB (AMD EPYC, 2026-12-03). Bounding what
 #: the benchmark keeps between runs instead (``--keep-loaded 768MiB``: 2.1 GiB) loads models
-#: again before runs, which then start cold: most contenders read lower (single runs), the step took
-#: twice as long.
+#: again before runs, which then start cold: most contenders read lower (single runs), the
+#: step took twice as long.
 DEMO_MEMORY_BUDGET = "0.5"
 
 
