@@ -15,20 +15,21 @@ import click
 from sparseloom.cli.parsing import LATENCY_MULTIPLIER, ROUNDS
 from sparseloom.cli.placement_options import memory_budget_option, processors_option
 
-SCENARIO_CHOICES = ("closed", "capacity", "grid")
+SCENARIO_CHOICES = ("closed", "steady", "capacity", "grid")
 
 
 @click.command("serve")
 @click.argument("workload")
 @click.option("--scenario", "scenarios", multiple=True, type=click.Choice(SCENARIO_CHOICES),
-              help="Scenario to run (repeat); default all three.")
+              help="Scenario to run (repeat); default all four.")
 @click.option("--contender", "contenders", multiple=True,
               help="Contender to run (repeat); default every registered policy and every stock "
                    "runtime.")
 @click.option("--rounds", type=ROUNDS, default=None,
               help="Interleaved rounds of the closed scenario [default 5; --quick 2].")
 @click.option("--capacity-rounds", type=ROUNDS, default=None,
-              help="Bisections per contender and k in the capacity scenario [default 1].")
+              help="Bisections per contender and k in the capacity scenario [default 3; "
+                   "--quick 1].")
 @click.option("--grid-rounds", type=ROUNDS, default=None,
               help="Interleaved rounds of the grid scenario [default 1].")
 @click.option("--k", "ks", multiple=True, type=LATENCY_MULTIPLIER,
@@ -39,8 +40,10 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
                    "profile -p`; default the workload's, else the default set. The matched "
                    "stock runtimes follow its cores and precision.")
 @click.option("--quick", is_flag=True,
-              help="Fewer rounds, 100-request capacity probes, 3 bisection steps, k = 5 only: "
-                   "minutes instead of half an hour; every run still VALID.")
+              help="Fewer rounds, closed runs of 100 requests per task with no minimum "
+                   "duration, 100-request capacity probes, 3 bisection steps, k = 5 only: "
+                   "minutes instead of half an hour; every run still VALID, the report says "
+                   "its closed runs are too short for a headline.")
 @memory_budget_option("Memory budget each policy contender's server serves within (as "
                       "`sparseloom run`)")
 @click.option("--keep-loaded", "keep_loaded", default=None, metavar="SIZE",
@@ -48,6 +51,19 @@ SCENARIO_CHOICES = ("closed", "capacity", "grid")
                    "bytes): idle models beyond it are unloaded and loaded again when a later "
                    "run needs them (outside every run's figures) [default: keep every model "
                    "until the end].")
+@click.option("--closed-queries", "closed_queries", type=click.IntRange(min=1), default=None,
+              help="Requests per task in each run of the closed scenario, at least [default "
+                   "2000; --quick 100].")
+@click.option("--closed-min-seconds", "closed_min_s", type=click.FloatRange(min=0,
+                                                                            min_open=True),
+              default=None, help="A closed run goes on until this many seconds have passed "
+                                 "if its requests ended sooner [default 2; --quick none].")
+@click.option("--steady-seconds", "steady_s", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="How long each run of the steady scenario keeps every task "
+                                 "asking [default 10; --quick 1].")
+@click.option("--tuning-queries", "tuning_queries", type=click.IntRange(min=1), default=None,
+              help="Requests of each run that measures one configuration of one task for "
+                   "stock-tuned and picks-tuned [default 300; --quick 100].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
@@ -55,12 +71,15 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
                   rounds: int | None, capacity_rounds: int | None, grid_rounds: int | None,
                   ks: tuple[float, ...], processors: tuple[str, ...], quick: bool,
                   out: Path | None, as_json: bool, keep_loaded: str | None = None,
-                  memory_budget: str = "1.0") -> None:
+                  memory_budget: str = "1.0", tuning_queries: int | None = None,
+                  closed_queries: int | None = None, closed_min_s: float | None = None,
+                  steady_s: float | None = None) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
     Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
-    OpenVINO out of the box and matched to sparseloom's cores, threads and precision, and
-    sparseloom's picks served by stock ONNX Runtime). Per contender the median and min–max of
+    OpenVINO out of the box, matched to sparseloom's cores, threads and precision, and tuned
+    by measurement on this machine; sparseloom's picks served by stock ONNX Runtime and by the
+    tuned configuration). Per contender the median and min–max of
     each figure over VALID runs; ratios per round: sparseloom ÷ the best stock runtime and ÷
     the best baseline. Benchmark on a quiet machine: the load average before every run is
     recorded and a busy machine is flagged.
@@ -81,12 +100,10 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     select_contenders(contenders)  # refuse a bad name before anything is built
     options = QUICK if quick else BenchOptions()
     changes: dict[str, Any] = {"scenarios": scenarios} if scenarios else {}
-    if rounds is not None:
-        changes["rounds"] = rounds
-    if capacity_rounds is not None:
-        changes["capacity_rounds"] = capacity_rounds
-    if grid_rounds is not None:
-        changes["grid_rounds"] = grid_rounds
+    given = {"rounds": rounds, "capacity_rounds": capacity_rounds, "grid_rounds": grid_rounds,
+             "tuning_queries": tuning_queries, "closed_queries": closed_queries,
+             "closed_min_s": closed_min_s, "steady_s": steady_s}
+    changes |= {name: value for name, value in given.items() if value is not None}
     if memory_budget != "1.0":
         changes["memory_budget"] = read_budget(memory_budget)
     if keep_loaded is not None:

@@ -266,6 +266,18 @@ def default_processors() -> list[Processor]:
     return [p for p in discover_processors() if p.available and p.backend in builtin]
 
 
+def openvino_cpu_precision() -> str:
+    """OpenVINO's default ``INFERENCE_PRECISION_HINT`` on CPU (``bf16``, ``f32``, ...), or ``""``
+    when OpenVINO or its CPU device is not there."""
+    try:
+        import openvino
+
+        hint = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    except Exception:  # no OpenVINO, no CPU plugin: the default set says what runs
+        return ""
+    return str(hint.get_type_name())  # an openvino.Type: "bf16", "f32", "f16"
+
+
 def get_processor(
     spec: str | Mapping[str, Any] | Processor, *, require_available: bool = True
 ) -> Processor:

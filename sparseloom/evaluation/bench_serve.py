@@ -68,12 +68,15 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
 
     options = options or BenchOptions()
     chosen = select_contenders(contenders)
+    from sparseloom.core.processors import openvino_cpu_precision
     from sparseloom.evaluation.stock import openvino_precision
 
     processors = profile_processors(profile)
     cores = tuple(sorted({c for p in processors for c in p.cores}))
     precision = openvino_precision(processors)
-    context = ServeContext(workload, profile, zoos, cores, precision, options.memory_budget)
+    context = ServeContext(workload, profile, zoos, cores, precision, options.memory_budget,
+                           tuning_queries=options.tuning_queries,
+                           bf16=openvino_cpu_precision() == "bf16", progress=progress)
     recorder = Recorder(progress)
     report: dict[str, Any] = {"workload": workload.name, "machine": machine(),
                               "options": _options(options), "contenders": [
@@ -92,12 +95,14 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
             report["kept_models"] = {"max_bytes": options.keep_bytes, "evicted": pool.evicted,
                                      "reloads": pool.reloads}
     except KeyboardInterrupt as interrupt:
+        report["stock_tuning"] = context.tunings
         report.setdefault("incomplete", {
             "reason": "interrupted (Ctrl-C) before the first scenario started",
             "scenario": None, "finished_scenarios": [],
             "skipped_scenarios": list(options.scenarios)})
         _close(report, recorder)
         raise BenchInterrupted(report) from interrupt
+    report["stock_tuning"] = context.tunings
     _close(report, recorder)
     return report
 
@@ -158,6 +163,8 @@ def _run_scenarios(report: dict[str, Any], context: ServeContext, chosen: Sequen
                                                                 recorder)
                 # Beside, never inside, the measured figures (sparseloom.evaluation.sim_check).
                 result["simulated"] = simulated_closed(context, chosen, options, result)
+            elif scenario == "steady":
+                result = serve_scenarios.steady(context, chosen, options, recorder)
             elif scenario == "capacity":
                 result = serve_scenarios.capacity(context, chosen, options, recorder,
                                                   closed_result)

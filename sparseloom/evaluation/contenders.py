@@ -8,7 +8,7 @@ generator and summary, so contenders differ only in what runs where.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -22,6 +22,9 @@ from sparseloom.runtime.summary import RunSummary
 
 #: The policy whose figures the ratios are taken of.
 HEADLINE = "sparseloom"
+#: The policy whose picks ``picks-tuned`` serves: the one that wins against the stock
+#: runtimes (docs/results.md).
+TUNED_PICKS_POLICY = "sparseloom-loaded"
 
 
 @attrs.frozen
@@ -91,8 +94,9 @@ def select_contenders(names: Sequence[str]) -> list[Contender]:
 class ServeContext:
     """What every contender of one benchmark shares: the workload, its profile and zoos, the
     cores of sparseloom's processors, the memory budget policy contenders serve within
-    (:class:`~sparseloom.runtime.session.RunConfig`), and the picks of the sparseloom policy
-    per SLO set."""
+    (:class:`~sparseloom.runtime.session.RunConfig`), the picks of a sparseloom policy per
+    SLO set, and the tuned stock runtimes (found once per benchmark and SLO set, their
+    measurements in :attr:`tunings`)."""
 
     workload: Any
     profile: Any
@@ -100,19 +104,101 @@ class ServeContext:
     cores: tuple[int, ...]
     precision: str = "f32"
     memory_budget: float | int = 1.0
-    _picks: dict[tuple[tuple[str, float, float], ...], dict[str, tuple[int, ...]]] = \
+    #: Requests per task of each closed run that measures a tuned runtime's candidate.
+    tuning_queries: int = 300
+    #: Whether OpenVINO computes bf16 on this CPU (tuned runtimes then try it).
+    bf16: bool = False
+    #: Called with one line per measured candidate.
+    progress: Callable[[str], None] | None = None
+    #: Per tuned runtime found: its name, picks, SLOs, configuration, prediction and the
+    #: measurements it was chosen from.
+    tunings: list[dict[str, Any]] = attrs.field(factory=list, init=False)
+    _picks: dict[tuple[Any, ...], dict[str, tuple[int, ...]]] = \
         attrs.field(factory=dict, init=False)
+    _tuned: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
+    _measured: dict[tuple[str, tuple[int, ...] | None], list[Any]] = attrs.field(
+        factory=dict, init=False)
 
-    def picks(self, slos: Mapping[str, SLO]) -> dict[str, tuple[int, ...]]:
-        """The stitched variant the ``sparseloom`` policy picks per task under ``slos``."""
+    def picks(self, slos: Mapping[str, SLO], policy: str = HEADLINE
+              ) -> dict[str, tuple[int, ...]]:
+        """The stitched variant ``policy`` picks per task under ``slos``."""
         from sparseloom.plan.api import make_plan
 
-        key = tuple(sorted((t, s.accuracy, s.latency_ms) for t, s in slos.items()))
+        key = (policy, _slo_key(slos))
         if key not in self._picks:
-            planned = make_plan(self.profile, policy=HEADLINE, slos=slos)
+            planned = make_plan(self.profile, policy=policy, slos=slos)
             self._picks[key] = {t: tuple(int(c) for c in v.choices)
                                 for t, v in planned.plan.variants.items()}
         return self._picks[key]
+
+    def tuned(self, name: str, slos: Mapping[str, SLO]) -> Any:
+        """The tuned runtime ``name`` (``stock-tuned`` or ``picks-tuned``) under ``slos``.
+
+        Each task's model (dense, or the pick) is measured in every configuration once per
+        benchmark (:mod:`sparseloom.evaluation.stock_tuned`); the choice and the partition
+        follow from the measurements and ``slos``. Each new configuration is listed in
+        :attr:`tunings`.
+        """
+        from sparseloom.evaluation import stock_tuned
+        from sparseloom.runtime.kept import not_kept
+
+        stock = STOCK_RUNTIMES[name]
+        picks = self.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None
+        tasks = list(self.workload.task_names)
+        models = {t: picks[t] if picks else None for t in tasks}
+        spec = stock_tuned.tuning_spec(self.tuning_queries, seed=0)
+        configs = stock_tuned.candidates(self.cores, self.bf16)
+        for task in tasks:
+            if (task, models[task]) in self._measured:
+                continue
+
+            def serve_alone(task: str, choice: Any) -> RunSummary:
+                one = stock_tuned.TunedRuntime(name, stock.picks, {task: choice})
+                return serve_stock(self.workload, self.zoos, one, spec, slos, picks=picks,
+                                   tasks=[task])
+
+            with not_kept():  # each configuration is loaded once: never into the pool
+                self._measured[task, models[task]] = stock_tuned.measure_candidates(
+                    serve_alone, task, configs, self.cores, self.progress)
+        measured = [m for t in tasks for m in self._measured[t, models[t]]]
+        whole = {t: self.eval_set_accuracy(t, models[t]) for t in tasks}
+        tuned = stock_tuned.tune(name, measured, self.cores, stock.picks, slos, whole)
+        key = (name, tuple(models.items()), tuned.describe())
+        if key not in self._tuned:
+            self._tuned[key] = tuned
+            self.tunings.append({
+                "contender": name, "picks": picks, "configuration": tuned.describe(),
+                "predicted_bottleneck_ms": tuned.makespan_ms,
+                "slos": {t: [s.accuracy, s.latency_ms] for t, s in slos.items()},
+                "measured": stock_tuned.tuning_table(measured, slos, whole)})
+        return self._tuned[key]
+
+    def isolated_hot_ms(self, slos: Mapping[str, SLO]) -> dict[str, float]:
+        """Each task's dense model alone on the benchmark's cores: the fastest hot median
+        latency (ms) among the configurations ``stock-tuned`` measures that may serve it
+        under ``slos`` (measuring them first if no contender has)."""
+        from sparseloom.evaluation.stock_tuned import refusals
+
+        self.tuned("stock-tuned", slos)
+        out = {}
+        for task in self.workload.task_names:
+            measured = self._measured[task, None]
+            refused = refusals(measured, slos, {task: self.eval_set_accuracy(task, None)})
+            out[task] = min(m.latency_ms for m, no in zip(measured, refused, strict=True)
+                            if not no)
+        return out
+
+    def eval_set_accuracy(self, task: str, pick: Sequence[int] | None) -> float:
+        """The accuracy on the whole eval set of ``task``'s dense model (the zoo's record),
+        or of its stitched variant ``pick`` (the profile's)."""
+        if pick is None:
+            return float(self.zoos[task].manifest["metric"]["dense"])
+        profile = self.profile.task(task)
+        return float(profile.accuracy()[int(profile.index(list(pick)))])
+
+
+def _slo_key(slos: Mapping[str, SLO]) -> tuple[tuple[str, float, float], ...]:
+    return tuple(sorted((t, s.accuracy, s.latency_ms) for t, s in slos.items()))
 
 
 def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
@@ -129,6 +215,11 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")
     stock = STOCK_RUNTIMES[contender.name]
+    if stock.tuned:
+        picks = context.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None
+        summary = serve_stock(context.workload, context.zoos, context.tuned(stock.name, slos),
+                              spec, slos, picks=picks)
+        return _with_eval_set_accuracy(context, summary, picks)
     picks = context.picks(slos) if stock.picks else None
     summary = serve_stock(context.workload, context.zoos, stock, spec, slos,
                           cores=context.cores, picks=picks, precision=context.precision)
@@ -142,13 +233,6 @@ def _with_eval_set_accuracy(context: ServeContext, summary: RunSummary,
     profile's of the pick — so every contender is judged by the same accuracy."""
     import attrs
 
-    tasks = []
-    for task in summary.tasks:
-        if picks is not None:
-            profile = context.profile.task(task.task)
-            row = int(profile.index(list(picks[task.task])))
-            whole = float(profile.accuracy()[row])
-        else:
-            whole = float(context.zoos[task.task].manifest["metric"]["dense"])
-        tasks.append(attrs.evolve(task, accuracy_profile=whole))
+    tasks = [attrs.evolve(task, accuracy_profile=context.eval_set_accuracy(
+        task.task, picks[task.task] if picks is not None else None)) for task in summary.tasks]
     return attrs.evolve(summary, tasks=tuple(tasks))

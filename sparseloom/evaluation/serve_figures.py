@@ -37,9 +37,10 @@ from sparseloom.evaluation.contenders import HEADLINE, Contender, ServeContext
 from sparseloom.profile.machine_load import ForeignLoad, load_average
 from sparseloom.runtime import interrupts
 from sparseloom.runtime.summary import INTERRUPTED
+from sparseloom.workload.arguments import number_field
 
 #: The scenarios, in the order they run.
-SCENARIOS = ("closed", "capacity", "grid")
+SCENARIOS = ("closed", "steady", "capacity", "grid")
 #: 1-minute load average before the first run above which the machine was not quiet.
 QUIET_LOAD = 0.5
 #: Cores other processes may keep busy during a run before it is not on a quiet machine
@@ -61,7 +62,11 @@ class BenchOptions:
         capacity_rounds: bisections per contender and k (capacity).
         grid_rounds: interleaved rounds of the grid (each is 5 accuracy levels × the ks runs
             per policy contender).
-        queries: requests per task in a closed run.
+        queries: requests per task in a closed run of the grid, and of the capacity
+            scenario's bracket.
+        closed_queries: requests per task in a run of the closed scenario, at least.
+        closed_min_s: a run of the closed scenario goes on until this many seconds have
+            passed, if its ``closed_queries`` ended sooner (``None``: no minimum; ``--quick``).
         capacity_requests: requests per task in a capacity probe.
         capacity_steps: bisection steps per capacity search.
         ks: latency SLO multipliers (capacity, grid).
@@ -69,6 +74,10 @@ class BenchOptions:
         seed: seeds the eval rows (``seed + round``) and arrivals.
         memory_budget: the memory budget every policy contender serves within, a fraction
             of full preloading or bytes (``RunConfig.memory_budget``).
+        steady_s: seconds each run of the steady scenario keeps every task asking.
+        tuning_queries: requests of each closed run that measures one configuration of one
+            task for ``stock-tuned`` and ``picks-tuned``
+            (:mod:`~sparseloom.evaluation.stock_tuned`).
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs
             (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
             benchmark ends). A bound trades memory for reloads between runs, which no run's
@@ -77,15 +86,20 @@ class BenchOptions:
 
     scenarios: tuple[str, ...] = attrs.field(default=SCENARIOS, converter=as_tuple)
     rounds: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    capacity_rounds: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    capacity_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     grid_rounds: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    closed_queries: int = attrs.field(default=2000, validator=attrs.validators.ge(1))
+    closed_min_s: float | None = attrs.field(
+        default=2.0, validator=number_field(low=0, low_open=True, optional=True))
     capacity_requests: int = attrs.field(default=500, validator=attrs.validators.ge(1))
     capacity_steps: int = attrs.field(default=5, validator=attrs.validators.ge(1))
     ks: tuple[float, ...] = attrs.field(default=KS, converter=as_tuple)
     baseline_ks: tuple[float, ...] = attrs.field(default=(5.0,), converter=as_tuple)
     seed: int = 0
     memory_budget: float | int = attrs.field(default=1.0, validator=attrs.validators.gt(0))
+    steady_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    tuning_queries: int = attrs.field(default=300, validator=attrs.validators.ge(1))
     keep_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0)))
 
@@ -98,8 +112,13 @@ class BenchOptions:
             raise ConfigError(f"latency multipliers must be finite and > 0, got {self.ks}")
 
 
+#: A run of the closed scenario long enough to be measured: at least this many seconds or
+#: ``closed_queries`` per task, whichever ends later (``--quick`` runs shorter and says so).
+HEADLINE_CLOSED = (2000, 2.0)
+
 QUICK = BenchOptions(rounds=2, capacity_rounds=1, grid_rounds=1, queries=100,
-                     capacity_requests=100,
+                     closed_queries=100, closed_min_s=None, steady_s=1.0,
+                     capacity_requests=100, tuning_queries=100,
                      capacity_steps=3, ks=(5.0,))
 
 
@@ -262,6 +281,38 @@ def family_ratios(values: Mapping[str, Mapping[int, float]], contenders: Sequenc
     """:func:`ratios_per_round` for every sparseloom policy among ``contenders``."""
     return {c.name: ratios_per_round(values, contenders, higher_is_better, c.name)
             for c in contenders if c.is_sparseloom}
+
+
+def factors(values: Mapping[str, Mapping[int, float]], contenders: Sequence[Contender]
+            ) -> dict[str, dict[str, Any]]:
+    """Per sparseloom policy, its ratio to the best stock runtime as three factors, per round:
+    ``variant_choice`` (picks-tuned ÷ stock-tuned: what the variants buy on a tuned stock
+    runtime), ``runtime_placement`` (the policy ÷ picks-tuned: what sparseloom's runtime and
+    placement add) and ``tuning`` (stock-tuned ÷ the best stock runtime: 1 where stock-tuned is
+    the best), whose product is the policy ÷ the best stock runtime. Only rounds with a VALID
+    figure from each of them count; empty without both tuned contenders."""
+    names = {c.name for c in contenders}
+    if not {"stock-tuned", "picks-tuned"} <= names:
+        return {}
+    stock = [c.name for c in contenders if c.is_stock]
+    out: dict[str, dict[str, Any]] = {}
+    for policy in (c.name for c in contenders if c.is_sparseloom):
+        rows: dict[str, dict[int, float]] = {k: {} for k in (
+            "variant_choice", "runtime_placement", "tuning", "whole")}
+        for round_index, own in values.get(policy, {}).items():
+            tuned = values.get("stock-tuned", {}).get(round_index, 0.0)
+            picks = values.get("picks-tuned", {}).get(round_index, 0.0)
+            best = max((values[n][round_index] for n in stock
+                        if round_index in values.get(n, {})), default=0.0)
+            if min(own, tuned, picks, best) <= 0:
+                continue
+            rows["variant_choice"][round_index] = picks / tuned
+            rows["runtime_placement"][round_index] = own / picks
+            rows["tuning"][round_index] = tuned / best
+            rows["whole"][round_index] = own / best
+        out[policy] = {k: {"rounds": [v[r] for r in sorted(v)], **spread(list(v.values()))}
+                       for k, v in rows.items()}
+    return out
 
 
 def _differences(values: Mapping[str, Mapping[int, float]], contenders: Sequence[Contender],

@@ -108,8 +108,11 @@ def render_markdown(report: dict[str, Any]) -> str:
                           "`runs`)."]
     for name, text in report["stock_configurations"].items():
         lines.append(f"- `{name}`: {text}")
+    lines += _tuning_lines(report.get("stock_tuning") or [])
     for scenario, result in report["scenarios"].items():
         lines += ["", f"## {scenario} ({_num(result['seconds'] / 60, 1)} min)", ""]
+        if result.get("run_length"):
+            lines += [f"Closed runs: {result['run_length']}.", ""]
         digits = 2 if result["figure"] == "violation_rate" else 1
         header = f"{result['figure']} ({result['unit']})"
         if "k" in result:
@@ -127,7 +130,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                 lines += ["", *_floor_lines(result)]
         else:
             lines += _contender_table(result["contenders"], header, digits)
-        lines += ["", *_ratio_lines(scenario, result)]
+        if scenario == "steady":
+            lines += _steady_lines(result)
+        lines += ["", *_ratio_lines(scenario, result), *_factor_lines(result.get("factors"))]
         if result.get("simulated"):
             from sparseloom.evaluation.sim_check import render_simulated
 
@@ -135,6 +140,55 @@ def render_markdown(report: dict[str, Any]) -> str:
     if incomplete:
         lines += ["", *_interrupted_lines(report, incomplete)]
     return "\n".join(lines) + "\n"
+
+
+def _steady_lines(result: dict[str, Any]) -> list[str]:
+    """The steady scenario's ANTT table, each task's isolated latency and the worst task."""
+    lines = ["", f"Every task asked for {_num(result['duration_s'], 1)} s per run. Isolated "
+                 "latency per task (its dense model alone, fastest stock configuration): "
+             + ", ".join(f"{t} {_num(ms, 3)} ms" for t, ms in result["isolated_hot_ms"].items())
+             + ".", "", *_contender_table(result["antt"], "ANTT (lower is better)", 2)]
+    for policy, worst in result["worst_task"].items():
+        if worst["n"]:
+            lines += ["", f"- {policy}: its slowest task's rate ÷ that task's rate under the "
+                          f"round's best stock runtime, median {_num(worst['median'], 2)} "
+                          f"[{_num(worst['min'], 2)}–{_num(worst['max'], 2)}] "
+                          f"({', '.join(worst['tasks'])})"]
+    return lines
+
+
+def _tuning_lines(tunings: list[dict[str, Any]]) -> list[str]:
+    """What ``stock-tuned`` and ``picks-tuned`` found, and every configuration they measured."""
+    lines: list[str] = []
+    for tuning in tunings:
+        lines += ["", f"`{tuning['contender']}` as found: {tuning['configuration']} (predicted "
+                      f"bottleneck {_num(tuning['predicted_bottleneck_ms'], 3)} ms per request "
+                      f"of every task). Each task alone, per configuration:", "",
+                  "| task | runtime | precision | threads | median latency (ms) | accuracy "
+                  "served | used |", "|---|---|---|---|---|---|---|"]
+        for row in tuning["measured"]:
+            lines.append(f"| {row['task']} | {row['backend']} | {row['precision']} | "
+                         f"{row['threads']} | {_num(row['latency_ms'], 3)} | "
+                         f"{_num(row['accuracy'], 4)} | "
+                         f"{'yes' if row['usable'] else 'no: ' + row['reason']} |")
+    return lines
+
+
+def _factor_lines(factors: dict[str, dict[str, Any]] | None) -> list[str]:
+    """Each sparseloom policy's ratio to the best stock runtime as its three factors."""
+    lines = []
+    for policy, parts in (factors or {}).items():
+        if not parts["whole"]["n"]:
+            continue
+        text = "; ".join(
+            f"{label} {_num(parts[key]['median'], 2)}× [{_num(parts[key]['min'], 2)}–"
+            f"{_num(parts[key]['max'], 2)}]" for key, label in (
+                ("variant_choice", "variant choice (picks-tuned ÷ stock-tuned)"),
+                ("runtime_placement", f"runtime and placement ({policy} ÷ picks-tuned)"),
+                ("tuning", "tuning (stock-tuned ÷ best stock)")))
+        lines.append(f"- {policy} ÷ best stock = {_num(parts['whole']['median'], 2)}× over "
+                     f"{parts['whole']['n']} round(s), as factors (medians, per round): {text}")
+    return lines
 
 
 def _interrupted_lines(report: dict[str, Any], incomplete: dict[str, Any]) -> list[str]:
@@ -180,7 +234,8 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
                            f"median {_num(ratio['median'], 2)} over {ratio['n']} round(s)"
                            + at_floor)
             else:
-                out.append(f"{scenario}: {policy} ÷ best stock runtime = "
+                what = " STP" if result["figure"] == "stp" else ""
+                out.append(f"{scenario}: {policy}{what} ÷ best stock runtime{what} = "
                            f"{_num(ratio['median'], 2)}× (median of {ratio['n']} round(s), "
                            f"{_num(ratio['min'], 2)}–{_num(ratio['max'], 2)})")
     load = report["load"]

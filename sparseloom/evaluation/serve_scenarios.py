@@ -1,4 +1,4 @@
-"""The three scenarios of ``sparseloom bench serve``: closed, capacity and grid.
+"""The four scenarios of ``sparseloom bench serve``: closed, steady, capacity and grid.
 
 Each takes the shared :class:`~sparseloom.evaluation.contenders.ServeContext`, the contenders
 and a :class:`~sparseloom.evaluation.bench_serve.Recorder`, runs its interleaved rounds, and
@@ -19,9 +19,11 @@ import numpy as np
 from sparseloom.core.types import SLO
 from sparseloom.evaluation.contenders import Contender, ServeContext, serve_contender
 from sparseloom.evaluation.serve_figures import (
+    HEADLINE_CLOSED,
     BenchOptions,
     Recorder,
     dense_slos,
+    factors,
     family_ratios,
     isolated_dense_ms,
     ratios_per_round,
@@ -56,7 +58,8 @@ def _table(values: dict[str, dict[int, float]], contenders: Sequence[Contender],
 
 def closed(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
            recorder: Recorder) -> dict[str, Any]:
-    """Throughput at equal accuracy, closed loop, ``options.queries`` per task.
+    """Throughput at equal accuracy, closed loop: each run ``options.closed_queries`` per task
+    and at least ``options.closed_min_s`` seconds (whichever ends later).
 
     A run whose served variants miss an accuracy SLO on the whole eval set (a baseline that
     serves the fastest original whatever the SLO) is tabled but left out of the ratios: they
@@ -66,7 +69,8 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
     values: dict[str, dict[int, float]] = {}
     equal: dict[str, dict[int, float]] = {}
     for round_index in range(options.rounds):
-        spec = LoadSpec("closed", queries=options.queries, seed=options.seed + round_index)
+        spec = LoadSpec("closed", queries=options.closed_queries,
+                        min_duration_s=options.closed_min_s, seed=options.seed + round_index)
         for contender in rotated(contenders, round_index):
             run = recorder.run("closed", contender, round_index,
                                partial(serve_contender, context, contender, spec, slos))
@@ -77,11 +81,101 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
                     equal.setdefault(contender.name, {})[round_index] = \
                         run["figures"]["throughput_rps"]
     return {"figure": "throughput_rps", "unit": "requests/s",
+            "run_length": run_length(options),
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
             "contenders": _table(values, contenders, recorder.runs_of("closed"),
                                  "throughput_rps"),
             "ratios": ratios_per_round(equal, contenders),
-            "ratios_by_policy": family_ratios(equal, contenders)}
+            "ratios_by_policy": family_ratios(equal, contenders),
+            "factors": factors(equal, contenders)}
+
+
+def steady(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
+           recorder: Recorder) -> dict[str, Any]:
+    """The steady state: every task keeps asking for ``options.steady_s`` seconds at once.
+
+    The closed scenario is a makespan — the run lasts until the slowest task's last request,
+    so the light tasks finish early and lend their cores. Here every task asks until the end
+    (a closed loop, one request per task in flight, for a fixed time), and each run is judged
+    as the multi-DNN literature does: **STP** (system throughput, Σ each task's rate ÷ its
+    isolated rate; higher is better) and **ANTT** (average normalized turnaround time, the
+    mean over tasks of its mean latency ÷ its isolated latency; lower is better). A task's
+    isolated latency is its dense model's, alone on the benchmark's cores, in its fastest
+    stock configuration (``stock-tuned``'s measurements): one reference for every contender.
+    Only VALID runs at equal accuracy count. Per round, each sparseloom policy's every task's
+    rate is compared with its rate under the round's best stock runtime (by STP): the worst
+    of them is ``worst_task`` (a policy that starves a task for the sum shows there).
+    """
+    slos = dense_slos(context)
+    iso = context.isolated_hot_ms(slos)
+    stp: dict[str, dict[int, float]] = {}
+    antt: dict[str, dict[int, float]] = {}
+    rates: dict[str, dict[int, dict[str, float]]] = {}
+    for round_index in range(options.rounds):
+        spec = LoadSpec("closed", queries=None, duration_s=options.steady_s,
+                        seed=options.seed + round_index)
+        for contender in rotated(contenders, round_index):
+            run = recorder.run("steady", contender, round_index,
+                               partial(serve_contender, context, contender, spec, slos))
+            summary = run.get("summary")
+            if (not run["valid"] or summary is None
+                    or run["figures"].get("equal_accuracy", 1.0) < 1):
+                continue
+            per_task = {t.task: float(t.throughput_rps) for t in summary.tasks}
+            stp.setdefault(contender.name, {})[round_index] = sum(
+                per_task[t] * iso[t] / 1e3 for t in iso)
+            antt.setdefault(contender.name, {})[round_index] = float(np.mean(
+                [t.latency.mean_ms / iso[t.task] for t in summary.tasks]))
+            rates.setdefault(contender.name, {})[round_index] = per_task
+            run["figures"] |= {"stp": stp[contender.name][round_index],
+                               "antt": antt[contender.name][round_index]}
+    runs = recorder.runs_of("steady")
+    return {"figure": "stp", "unit": "Σ task rate ÷ its isolated rate",
+            "duration_s": options.steady_s, "isolated_hot_ms": iso,
+            "slos": {t: [s.accuracy, None] for t, s in slos.items()},
+            "contenders": _table(stp, contenders, runs, "stp"),
+            "antt": _table(antt, contenders, runs, "antt"),
+            "task_rates": {name: {t: spread([r[t] for r in by_round.values()]) for t in iso}
+                           for name, by_round in rates.items()},
+            "worst_task": _worst_task(stp, rates, contenders),
+            "ratios": ratios_per_round(stp, contenders),
+            "ratios_by_policy": family_ratios(stp, contenders)}
+
+
+def _worst_task(stp: Mapping[str, Mapping[int, float]],
+                rates: Mapping[str, Mapping[int, Mapping[str, float]]],
+                contenders: Sequence[Contender]) -> dict[str, dict[str, Any]]:
+    """Per sparseloom policy and round, its lowest task rate ÷ that task's rate under the
+    round's best stock runtime (by STP), and which task it was."""
+    stock = [c.name for c in contenders if c.is_stock]
+    out: dict[str, dict[str, Any]] = {}
+    for policy in (c.name for c in contenders if c.is_sparseloom):
+        per_round: dict[int, float] = {}
+        tasks: list[str] = []
+        for round_index, own in rates.get(policy, {}).items():
+            rivals = [n for n in stock if round_index in stp.get(n, {})]
+            if not rivals:
+                continue
+            best = max(rivals, key=lambda n: stp[n][round_index])
+            theirs = rates[best][round_index]
+            ratio, task = min((own[t] / theirs[t], t) for t in own if theirs.get(t, 0) > 0)
+            per_round[round_index] = ratio
+            tasks.append(task)
+        out[policy] = {"rounds": [per_round[r] for r in sorted(per_round)], "tasks": tasks,
+                       **spread(list(per_round.values()))}
+    return out
+
+
+def run_length(options: BenchOptions) -> str:
+    """How long each closed run lasts, in words; a run shorter than a headline's says so."""
+    queries, seconds = HEADLINE_CLOSED
+    text = f"each run {options.closed_queries} requests per task" + (
+        f" and at least {options.closed_min_s:g} s, whichever ends later"
+        if options.closed_min_s else "")
+    if options.closed_queries < queries and (options.closed_min_s or 0) < seconds:
+        text += (f" — shorter than a headline's ({queries} requests per task or {seconds:g} s, "
+                 f"whichever ends later): a quick look, not a headline")
+    return text
 
 
 @attrs.define

@@ -61,7 +61,7 @@ def simulated_closed(context: Any, contenders: Sequence[Any], options: Any,
         row: dict[str, Any] = {"contender": contender.name}
         try:
             results = [simulate(context.profile, SimConfig(
-                policy=contender.name, slos=slos, queries=options.queries,
+                policy=contender.name, slos=slos, queries=options.closed_queries,
                 seed=options.seed + round_index, score_served=True, eval_rows=rows_per_task))
                 for round_index in range(options.rounds)]
         except Exception as error:  # a simulation that fails is reported, not fatal
@@ -79,7 +79,7 @@ def simulated_closed(context: Any, contenders: Sequence[Any], options: Any,
         row["slowdown"] = slowdown
         if slowdown:
             calibrated = [simulate(context.profile, SimConfig(
-                policy=contender.name, slos=slos, queries=options.queries, slowdown=slowdown,
+                policy=contender.name, slos=slos, queries=options.closed_queries, slowdown=slowdown,
                 seed=options.seed + round_index, score_served=True, eval_rows=rows_per_task))
                 for round_index in range(options.rounds)]
             again = compare(statistics.median(r.throughput_rps for r in calibrated),

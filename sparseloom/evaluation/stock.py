@@ -22,10 +22,15 @@ contender                configuration
                          to those cores
 ``picks-ort``            ``stock-ort`` serving the stitched variant a sparseloom policy chose for
                          each task, merged into one model (:mod:`sparseloom.zoo.whole`)
+``stock-tuned``          configured by measurement at the start of the benchmark: per task the
+                         runtime, precision, threads and cores that serve the dense model
+                         fastest, batch fixed to 1 (:mod:`sparseloom.evaluation.stock_tuned`)
+``picks-tuned``          the same search serving ``sparseloom-loaded``'s picks merged
 =======================  ======================================================================
 
-Every stock runtime serves the model files as they are, a symbolic batch dimension included;
-sparseloom's runtime serves them with the batch fixed to 1 (:mod:`sparseloom.zoo.batch_one`).
+The untuned stock runtimes serve the model files as they are, a symbolic batch dimension
+included; sparseloom's runtime and the tuned ones serve them with the batch fixed to 1
+(:mod:`sparseloom.zoo.batch_one`).
 
 Requests of one task run one after another (one session per task, one caller thread); tasks
 run concurrently and the operating system time-slices them, as it does for a user's threads.
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -60,12 +65,17 @@ class StockRuntime:
             out of the box.
         picks: serve a sparseloom policy's picks (merged stitched variants), not the dense
             models.
+        tuned: configured by measurement at the start of each benchmark
+            (:mod:`sparseloom.evaluation.stock_tuned`); this record only names it.
     """
 
     name: str
     backend: str
     matched: bool = False
     picks: bool = False
+    tuned: bool = False
+    #: Served with the batch fixed to 1 (the untuned ones serve the files as they are).
+    batch_one: bool = False
 
     def processor(self, task: str, cores: Sequence[int], precision: str = "f32"
                   ) -> Processor:
@@ -86,6 +96,10 @@ class StockRuntime:
 
     def describe(self, cores: Sequence[int], precision: str = "f32") -> str:
         """The configuration in words, for the report."""
+        if self.tuned:
+            what = "sparseloom-loaded's picks merged" if self.picks else "dense models"
+            return (f"{what}, batch 1, per task the runtime, precision, threads and cores "
+                    "found fastest at the start of the benchmark (its tuning table)")
         runtime = "ONNX Runtime" if self.backend == "ort" else "OpenVINO"
         what = "sparseloom's picks merged" if self.picks else "dense models"
         if self.matched:
@@ -105,7 +119,28 @@ STOCK_RUNTIMES: dict[str, StockRuntime] = {s.name: s for s in (
     StockRuntime("stock-ort-matched", "ort", matched=True),
     StockRuntime("stock-ov-matched", "ov", matched=True),
     StockRuntime("picks-ort", "ort", picks=True),
+    StockRuntime("stock-tuned", "tuned", tuned=True, batch_one=True),
+    StockRuntime("picks-tuned", "tuned", picks=True, tuned=True, batch_one=True),
 )}
+
+
+class ServedStock(Protocol):
+    """What :func:`serve_stock` serves: a :class:`StockRuntime` or a tuned runtime
+    (:class:`~sparseloom.evaluation.stock_tuned.TunedRuntime`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def picks(self) -> bool: ...
+
+    @property
+    def batch_one(self) -> bool: ...
+
+    def processor(self, task: str, cores: Sequence[int], precision: str = "f32"
+                  ) -> Processor: ...
+
+    def describe(self, cores: Sequence[int], precision: str = "f32") -> str: ...
 
 
 @attrs.frozen
@@ -119,10 +154,10 @@ class _WholePlan:
         return (self.placement[task],)
 
 
-def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRuntime,
+def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: ServedStock,
                 spec: LoadSpec, slos: Mapping[str, SLO], *, cores: Sequence[int] = (),
                 picks: Mapping[str, Sequence[int]] | None = None,
-                precision: str = "f32") -> RunSummary:
+                precision: str = "f32", tasks: Sequence[str] | None = None) -> RunSummary:
     """Serve every task of ``workload`` on ``stock`` under ``spec`` and summarise the run.
 
     With an arrival order in ``spec`` the first task starts alone and the others join as the
@@ -134,6 +169,7 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
     :param cores: the cores of sparseloom's processors (the matched runtimes' callers).
     :param picks: with ``stock.picks``, each task's stitched variant.
     :param precision: the OpenVINO inference precision a matched runtime uses.
+    :param tasks: serve only these tasks (default every task of ``workload``).
     :raises EvaluationError: picks missing for a picks contender.
     :raises RunInterrupted: Ctrl-C cut the load short; ``partial`` is the run's summary.
     """
@@ -142,22 +178,22 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: StockRunti
     if stock.picks and not (picks and zoos):
         raise EvaluationError(f"{stock.name} serves a sparseloom policy's picks and needs the "
                               f"tasks' zoos; none given")
-    names = list(workload.task_names)
+    names = list(workload.task_names if tasks is None else tasks)
     cores = tuple(cores) or allowed_cores()
-    tasks, processors, variants, placement = [], [], {}, {}
+    served, processors, variants, placement = [], [], {}, {}
     for name in names:
         task = workload.task(name)
         chosen = [tuple(picks[name])] if stock.picks and picks else []
         zoo = whole_model_zoo(task, zoos[name] if chosen and zoos else None, chosen)
-        tasks.append(RuntimeTask(task, zoo, slos[name]))
+        served.append(RuntimeTask(task, zoo, slos[name]))
         processor = stock.processor(name, cores, precision)
         processors.append(processor)
         variants[name] = StitchedVariant(name, (1 if chosen else 0,))
         placement[name] = processor.name
     plan = _WholePlan(variants, placement)
-    # The model files as a user has them: symbolic batch and all (sparseloom's own runtime
-    # fixes it to 1, docs/evaluation.md).
-    runtime = Runtime(tasks, processors, options=RuntimeOptions(batch_one=False),
+    # Untuned: the model files as a user has them, symbolic batch and all (sparseloom's own
+    # runtime and the tuned ones fix it to 1, docs/evaluation.md).
+    runtime = Runtime(served, processors, options=RuntimeOptions(batch_one=stock.batch_one),
                       planner=lambda active, down: plan)
     rss_before = rss_bytes()
     started = time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["KeptModels", "keep_loaded", "kept", "release"]
+__all__ = ["KeptModels", "keep_loaded", "kept", "not_kept", "release"]
 
 
 @attrs.define(eq=False)
@@ -136,6 +136,19 @@ def keep_loaded(max_bytes: int | None = None) -> Iterator[KeptModels]:
     finally:
         pool, _KEPT = _KEPT, None
         pool.close()
+
+
+@contextlib.contextmanager
+def not_kept() -> Iterator[None]:
+    """Within the block, runtimes load and unload their own models as if no
+    :func:`keep_loaded` block were open (one-off loads, such as the configurations a tuned
+    stock runtime measures once, do not fill the pool). Its models are untouched."""
+    global _KEPT
+    saved, _KEPT = _KEPT, None
+    try:
+        yield
+    finally:
+        _KEPT = saved
 
 
 def release(backend: Any, loaded: Any) -> None:

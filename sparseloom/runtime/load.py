@@ -49,6 +49,11 @@ class LoadSpec:
             than a tenth of its ``queries`` requests already over its latency SLO misses its
             p90 whatever the rest do (MLPerf LoadGen's early stopping, in its simplest exact
             form). The run is then cut short (its summary says so). Needs ``queries``.
+        min_duration_s: closed loop only: go on issuing past ``queries`` until this many
+            seconds have passed, so a run lasts at least this long or ``queries`` per task,
+            whichever ends later (``None``: ``queries`` alone). A run of a few hundred
+            sub-millisecond requests ends within one scheduler tick, where its rate is timer
+            noise.
     """
 
     kind: LoadKind = attrs.field(default="closed", validator=choice_field("closed", "poisson"))
@@ -63,6 +68,8 @@ class LoadSpec:
         default=None, validator=number_field(low=1, integer=True, optional=True))
     seed: int = attrs.field(default=0, validator=number_field(integer=True))
     early_stop: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    min_duration_s: float | None = attrs.field(
+        default=None, validator=number_field(low=0, low_open=True, optional=True))
 
     def __attrs_post_init__(self) -> None:
         if self.queries is None and self.duration_s is None:
@@ -72,6 +79,9 @@ class LoadSpec:
                               "a tenth of them missed the latency SLO)")
         if self.kind == "poisson" and (self.rate is None or self.rate <= 0):
             raise ConfigError("Poisson load needs a rate > 0 requests/s per task")
+        if self.min_duration_s is not None and (self.kind != "closed" or self.early_stop):
+            raise ConfigError("a minimum duration is for closed loads without early stopping "
+                              "(a Poisson load has its duration or its queries)")
 
     @property
     def join_every(self) -> int:
@@ -135,12 +145,17 @@ class _Driver:
             self.samples[name] = rows
 
     def may_issue(self, task: str) -> bool:
-        if self.stop.is_set():
+        return not self.stop.is_set() and self._wants(self.issued[task])
+
+    def _wants(self, count: int) -> bool:
+        """Whether a task that has issued ``count`` requests issues another (stop aside)."""
+        spec = self.spec
+        if spec.queries is not None and count >= spec.queries and not (
+                spec.min_duration_s is not None
+                and time.perf_counter() - self.started_s < spec.min_duration_s):
             return False
-        if self.spec.queries is not None and self.issued[task] >= self.spec.queries:
-            return False
-        return self.spec.duration_s is None or (
-            time.perf_counter() - self.started_s < self.spec.duration_s)
+        return spec.duration_s is None or (
+            time.perf_counter() - self.started_s < spec.duration_s)
 
     def issue(self, task: str) -> None:
         with self._lock:
@@ -169,9 +184,7 @@ class _Driver:
         if self.closed:
             ended = self.ended[task] = self.ended[task] + 1
             count = self.issued[task]
-            if (not self.stop.is_set() and (self.queries is None or count < self.queries)
-                    and (self.duration_s is None
-                         or time.perf_counter() - self.started_s < self.duration_s)):
+            if not self.stop.is_set() and self._wants(count):
                 self.issued[task] = count + 1
                 rows = self.samples[task]
                 self.runtime.submit(task, rows[count % len(rows)])

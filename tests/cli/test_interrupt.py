@@ -82,7 +82,7 @@ def test_ctrl_c_during_bench_serve_stops_it_with_an_incomplete_report(tmp_path: 
     assert "incomplete" in stderr
     report = json.loads((out / "report.json").read_text())
     assert report["incomplete"]["scenario"] == "closed"
-    assert set(report["incomplete"]["skipped_scenarios"]) == {"capacity", "grid"}
+    assert set(report["incomplete"]["skipped_scenarios"]) == {"steady", "capacity", "grid"}
     assert report["runs"] and report["runs"][0]["contender"] == "sparseloom"
     assert report["runs"][0]["valid"]  # the run that finished is kept, as measured
     markdown = (out / "report.md").read_text()

@@ -88,7 +88,8 @@ def test_closed_rounds_rotate_the_contenders_on_the_same_load(context: ServeCont
     contenders = select_contenders(["sparseloom", "stock-ort", "picks-ort"])
     recorder = Recorder()
     with keep_loaded():
-        result = closed(context, contenders, BenchOptions(rounds=2, queries=100), recorder)
+        result = closed(context, contenders, BenchOptions(rounds=2, closed_queries=100,
+                                                         closed_min_s=None), recorder)
     runs = recorder.runs_of("closed")
     assert len(runs) == 6 and all(r["valid"] for r in runs), [r["reasons"] for r in runs]
     # Round r runs every contender once, in an order rotated by r.
@@ -209,7 +210,8 @@ def test_invalid_runs_never_enter_a_median(context: ServeContext) -> None:
     contenders = select_contenders(["sparseloom", "stock-ort"])
     recorder = Recorder()
     # 20 queries per task: below the run summary's 100 for a p99, so every run is INVALID.
-    result = closed(context, contenders, BenchOptions(rounds=1, queries=20), recorder)
+    result = closed(context, contenders,
+                    BenchOptions(rounds=1, closed_queries=20, closed_min_s=None), recorder)
     assert all(not r["valid"] for r in recorder.runs)
     for row in result["contenders"]:
         assert row["n"] == 0 and math.isnan(row["median"]) and row["invalid_runs"] == 1
@@ -221,11 +223,20 @@ def test_cli_writes_the_report(tmp_path: Path, tiny: tuple[Any, Any]) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "sparseloom", "bench", "serve", "tiny", "--quick",
          "--scenario", "closed", "--contender", "sparseloom", "--contender", "stock-ort",
+         "--contender", "stock-tuned", "--contender", "picks-tuned", "--tuning-queries", "30",
          "--rounds", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     closed = report["scenarios"]["closed"]
-    assert {row["contender"] for row in closed["contenders"]} == {"sparseloom", "stock-ort"}
+    assert {row["contender"] for row in closed["contenders"]} == {
+        "sparseloom", "stock-ort", "stock-tuned", "picks-tuned"}
+    # What the tuned runtimes found, and each run's length (--quick: not a headline's).
+    assert [t["contender"] for t in report["stock_tuning"]] == ["stock-tuned", "picks-tuned"]
+    assert "not a headline" in closed["run_length"]
+    markdown = (out / "report.md").read_text()
+    assert "`stock-tuned` as found: dense models, batch 1:" in markdown
+    assert "`picks-tuned` as found: sparseloom's picks merged" in markdown
+    assert "tuning tiny: " in completed.stderr
     for row in closed["contenders"]:
         assert {"contender", "median", "min", "max", "rounds"} <= set(row)
     assert {"vs_best_stock", "vs_best_baseline"} <= set(closed["ratios"])

@@ -116,7 +116,8 @@ def test_capacity_search_finds_the_known_capacity(tmp_path: Path,
         config=ProfilerConfig(warmup=2, repeats=5), samples=8))
     context = ServeContext(workload, profile, zoos, (0, 1))
     contenders = select_contenders(["stock-ort-matched"])
-    options = BenchOptions(rounds=1, capacity_rounds=1, queries=200, capacity_requests=500,
+    options = BenchOptions(rounds=1, capacity_rounds=1, queries=200, closed_queries=200,
+                           closed_min_s=None, capacity_requests=500,
                            capacity_steps=6, ks=(5.0,))
     recorder = Recorder()
     with keep_loaded():

@@ -60,7 +60,7 @@ def test_policy_contenders_are_simulated_and_stock_runtimes_skipped() -> None:
     # per request, one request in flight: 1000 / (3 + overhead) requests/s, no violation.
     contenders = [Contender("sv-lo-np", "policy"), Contender("stock-ort", "stock")]
     closed = {"contenders": [_measured(300.0, 0.0)]}
-    result = simulated_closed(_context(), contenders, BenchOptions(rounds=2, queries=50),
+    result = simulated_closed(_context(), contenders, BenchOptions(rounds=2, closed_queries=50),
                               closed)
     (row,) = result["contenders"]
     expected = 1000.0 / (3.0 + REQUEST_OVERHEAD_MS)
@@ -78,7 +78,7 @@ def test_the_report_shows_simulated_figures_in_their_own_section_only() -> None:
     closed = {"figure": "throughput_rps", "unit": "requests/s", "seconds": 60.0,
               "contenders": [measured_row], "ratios": {}}
     closed["simulated"] = simulated_closed(
-        _context(), [Contender("sv-lo-np", "policy")], BenchOptions(rounds=1, queries=20),
+        _context(), [Contender("sv-lo-np", "policy")], BenchOptions(rounds=1, closed_queries=20),
         closed)
     report = {"workload": "hand", "processors": ["A", "B"], "stock_configurations": {},
               "machine": {"cpu": "?", "cores": [0, 1], "onnxruntime": "?", "openvino": "?"},
@@ -111,7 +111,7 @@ def test_calibrated_simulation_scales_the_stage_times_by_the_measured_slowdown()
     row = {**_measured(150.0, 0.0), "figures": {"violation_rate": {"median": 0.0, "n": 1},
                                                "utilisation.A": {"median": 0.9, "n": 1}}}
     result = simulated_closed(_context(), [Contender("sv-lo-np", "policy")],
-                              BenchOptions(rounds=1, queries=40), {"contenders": [row]})
+                              BenchOptions(rounds=1, closed_queries=40), {"contenders": [row]})
     (out,) = result["contenders"]
     slowdown = 6.0 / (3.0 + REQUEST_OVERHEAD_MS)
     assert out["slowdown"] == pytest.approx({"A": slowdown})

@@ -61,6 +61,19 @@ def test_two_task_file_workload(two_tasks: tuple[Any, Any], load: LoadSpec) -> N
         assert starts[first] < starts[second]
 
 
+def test_a_closed_run_lasts_its_minimum_duration_or_its_queries(tiny: tuple[Any, Any]
+                                                                ) -> None:
+    from sparseloom.core.errors import ConfigError
+
+    summary = run(tiny, LoadSpec("closed", queries=10, min_duration_s=0.4)).summary
+    # (the last request's end is stamped just before the check that stops issuing)
+    assert summary.wall_s >= 0.35 and summary.submitted == summary.completed > 10
+    # The queries end later than the minimum: exactly the queries.
+    assert run(tiny, LoadSpec("closed", queries=30, min_duration_s=1e-6)).summary.completed == 30
+    with pytest.raises(ConfigError, match="minimum duration is for closed loads"):
+        LoadSpec("poisson", queries=10, rate=5.0, min_duration_s=1.0)
+
+
 def test_duration_stops_issuing(tiny: tuple[Any, Any]) -> None:
     summary = run(tiny, LoadSpec("poisson", queries=None, rate=100.0, duration_s=0.5)).summary
     assert 0 < summary.submitted == summary.completed + summary.failed
