@@ -104,8 +104,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
              "tuning_queries": tuning_queries, "closed_queries": closed_queries,
              "closed_min_s": closed_min_s, "steady_s": steady_s}
     changes |= {name: value for name, value in given.items() if value is not None}
-    if memory_budget != "1.0":
-        changes["memory_budget"] = read_budget(memory_budget)
+    changes["memory_budget"] = read_budget(memory_budget)
     if keep_loaded is not None:
         changes["keep_bytes"] = parse_size(keep_loaded, "--keep-loaded")
     if ks:

@@ -74,8 +74,12 @@ class StockRuntime:
     matched: bool = False
     picks: bool = False
     tuned: bool = False
-    #: Served with the batch fixed to 1 (the untuned ones serve the files as they are).
-    batch_one: bool = False
+
+    @property
+    def batch_one(self) -> bool:
+        """Served with the batch fixed to 1: the tuned ones (the others serve the files as
+        they are)."""
+        return self.tuned
 
     def processor(self, task: str, cores: Sequence[int], precision: str = "f32"
                   ) -> Processor:
@@ -119,8 +123,8 @@ STOCK_RUNTIMES: dict[str, StockRuntime] = {s.name: s for s in (
     StockRuntime("stock-ort-matched", "ort", matched=True),
     StockRuntime("stock-ov-matched", "ov", matched=True),
     StockRuntime("picks-ort", "ort", picks=True),
-    StockRuntime("stock-tuned", "tuned", tuned=True, batch_one=True),
-    StockRuntime("picks-tuned", "tuned", picks=True, tuned=True, batch_one=True),
+    StockRuntime("stock-tuned", "tuned", tuned=True),
+    StockRuntime("picks-tuned", "tuned", picks=True, tuned=True),
 )}
 
 
