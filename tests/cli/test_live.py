@@ -43,5 +43,7 @@ def test_the_terminal_table_shows_every_task_and_processor() -> None:
         console.print(_renderable(server.stats(), 30.0))
     text = console.export_text()
     assert "of 30 s, 20 served, 0 failed" in text
-    assert re.search(r"tiny .* 7\.5 .* 100% .* tiny\[\d+,\d+\] @ ", text), text
+    # Attainment is a share of 20 timed requests (one late request on a busy machine reads
+    # 95%): the table shows it, the test does not time the runtime.
+    assert re.search(r"tiny .* 7\.5 .* \d+% .* tiny\[\d+,\d+\] @ ", text), text
     assert all(name in text for name in profile.processors)
