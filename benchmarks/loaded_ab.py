@@ -75,7 +75,7 @@ def main() -> None:
 
     from sparseloom.api import build_zoos
     from sparseloom.core.registry import get_registry
-    from sparseloom.evaluation import serve_scenarios
+    from sparseloom.evaluation import serve_grid, serve_scenarios
     from sparseloom.evaluation.contenders import ServeContext, select_contenders
     from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
     from sparseloom.evaluation.stock import openvino_precision
@@ -103,7 +103,7 @@ def main() -> None:
             serve_scenarios.closed(context, contenders, BenchOptions(rounds=args.rounds),
                                    recorder)
         elif args.scenario == "grid":
-            serve_scenarios.grid(context, contenders, BenchOptions(grid_rounds=args.rounds),
+            serve_grid.grid(context, contenders, BenchOptions(grid_rounds=args.rounds),
                                  recorder)
         else:
             ks = tuple(args.k) or (5.0,)

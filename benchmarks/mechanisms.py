@@ -178,7 +178,7 @@ def measure(mechanism: Mechanism, bench: Bench) -> dict[str, Any]:
     """Serve with ``mechanism`` on and off; its figures per round."""
     if mechanism.scenario == "demo":
         return _demo(bench)
-    from sparseloom.evaluation import serve_scenarios
+    from sparseloom.evaluation import serve_grid, serve_scenarios
     from sparseloom.evaluation.serve_figures import (
         BenchOptions,
         Recorder,
@@ -206,7 +206,7 @@ def measure(mechanism: Mechanism, bench: Bench) -> dict[str, Any]:
         iso = isolated_dense_ms(context)
         slos = dense_slos(context, {t: mechanism.k * ms for t, ms in iso.items()})
         if mechanism.scenario == "grid":
-            grid = serve_scenarios.grid(context, [on, off], BenchOptions(grid_rounds=rounds),
+            grid = serve_grid.grid(context, [on, off], BenchOptions(grid_rounds=rounds),
                                         recorder, ks=(mechanism.k,))
             runs = recorder.runs_of("grid")
             axis = grid["accuracy_axis"]

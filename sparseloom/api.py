@@ -20,6 +20,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from sparseloom.core.registry import DEFAULT_POLICY
+
 if TYPE_CHECKING:
     from sparseloom.core.types import SLO, Processor
     from sparseloom.plan.api import PlanResult
@@ -40,13 +42,17 @@ def load_workload(
     tasks: Sequence[str] | None = None,
     progress: bool = True,
     rebuild: bool = False,
+    held_out: float | None = None,
 ) -> Workload:
     """Build (or load from the cache) a workload: a bundled name or a workload TOML path.
 
     :param tasks: only these tasks, in this order (default: all).
     :param progress: progress bars on stderr for long build steps.
     :param rebuild: build the builder tasks again even when their cache entries are sound.
+    :param held_out: the share of each task's eval rows held out of selection to judge it
+        (``None``: the workload's, 0.3 unless its file says otherwise; 0: none).
     :raises ArgumentError: an argument of the wrong type (naming it).
+    :raises ConfigError: ``held_out`` outside [0, 0.5].
     """
     from sparseloom.workload.arguments import check_flags, check_names, check_path_or_name
     from sparseloom.workload.load import load_workload as load
@@ -56,7 +62,12 @@ def load_workload(
     check_path_or_name(where, "name_or_path", name_or_path,
                        "a registered workload name or a workload .toml path")
     names = check_names(where, "tasks", tasks)
-    return load(name_or_path, tasks=names, progress=progress, rebuild=rebuild)
+    if held_out is not None:
+        from sparseloom.workload.held_out import check_held_out
+
+        check_held_out(held_out, f"{where}: held_out")
+    return load(name_or_path, tasks=names, progress=progress, rebuild=rebuild,
+                held_out=held_out)
 
 
 def _loaded(workload: Workload | str | os.PathLike[str], progress: bool, where: str
@@ -194,7 +205,7 @@ def refresh_profile(
 def make_plan(
     profile: ProfileTable,
     *,
-    policy: str = "sparseloom",
+    policy: str = DEFAULT_POLICY,
     slos: Mapping[str, SLO] | None = None,
     processors: Sequence[str | Processor] | None = None,
     memory_budget: float | int = 1.0,

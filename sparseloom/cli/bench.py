@@ -129,11 +129,13 @@ COMMANDS = (bench,)
 
 
 def _add_serve() -> None:
+    from sparseloom.cli.bench_compressors import compressors_command
     from sparseloom.cli.bench_memory import memory_command
     from sparseloom.cli.bench_serve import serve_command
 
     bench.add_command(serve_command)
     bench.add_command(memory_command)
+    bench.add_command(compressors_command)
 
 
 _add_serve()

@@ -41,8 +41,8 @@ def memory_command(workload: str, policy: str, budgets: tuple[str, ...],
     import attrs
 
     from sparseloom.cli.run import load_profiled
+    from sparseloom.core.cores import cpu_name
     from sparseloom.evaluation.memory_bench import serving_cost, session_costs
-    from sparseloom.plugins.backends._memory import cpu_name
 
     loaded, profile = load_profiled(workload, progress=not as_json, processors=processors)
     sessions = session_costs(loaded, profile, processors)

@@ -15,6 +15,7 @@ import click
 
 from sparseloom.cli.parsing import distinct_processors, parse_budget, parse_slos
 from sparseloom.core.errors import ConfigError
+from sparseloom.core.registry import DEFAULT_POLICY
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -47,7 +48,7 @@ def placement_options(processors_help: str) -> Callable[[Command], Command]:
     """Add ``--policy``, ``--slo`` (as ``slo_specs``), ``--memory-budget`` and ``-p`` (its help
     ``processors_help``) to a click command function (apply below ``@click.command``)."""
     options = (
-        click.option("--policy", default="sparseloom", show_default=True,
+        click.option("--policy", default=DEFAULT_POLICY, show_default=True,
                      help="Placement policy (see `sparseloom plugins`)."),
         click.option("--slo", "slo_specs", multiple=True, metavar="TASK=ACCURACY,LATENCY_MS",
                      help="A task's SLO (repeat); other tasks: the workload's, else the middle "

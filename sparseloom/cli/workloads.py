@@ -95,6 +95,7 @@ def task_report(task: Any) -> dict[str, Any]:
         "inputs": {name: list(array.shape[1:]) for name, array in task.eval_inputs.items()},
         "outputs": list(task.output_names),
         "eval_size": task.num_eval,
+        "held_out_size": task.held_out.count if task.held_out is not None else 0,
         "calibration_size": task.num_calibration,
         "build_seconds": info.get("build_seconds"),
         "evaluate_seconds": evaluate_seconds,
@@ -115,8 +116,9 @@ def build_command(workload: str, tasks: tuple[str, ...], as_json: bool, no_progr
                   rebuild: bool = False) -> None:
     """Build WORKLOAD (or take it from the cache) and report each task.
 
-    Per task: the dense model's metric on the eval set, model size and parameters, eval and
-    calibration sizes, and the build time (a cache hit reports the original build's time).
+    Per task: the dense model's metric on the eval rows selection sees, model size and
+    parameters, eval (selection), held-out and calibration sizes, and the build time (a cache
+    hit reports the original build's time).
     """
     from sparseloom.api import load_workload
 
@@ -135,12 +137,13 @@ def build_command(workload: str, tasks: tuple[str, ...], as_json: bool, no_progr
         echo_json(report)
         return
     echo_table(
-        ["task", "metric", "dense", "model MB", "params", "eval", "calib", "build s", "cached"],
+        ["task", "metric", "dense", "model MB", "params", "eval", "held out", "calib", "build s",
+         "cached"],
         [
             [r["name"], r["metric"], f"{r['dense_metric']:.4f}",
              f"{r['model_bytes'] / 1e6:.2f}" if r["model_bytes"] else "?",
              f"{r['params']:,}" if r["params"] is not None else "?",
-             r["eval_size"], r["calibration_size"],
+             r["eval_size"], r["held_out_size"], r["calibration_size"],
              r["build_seconds"] if r["build_seconds"] is not None else "-",
              {True: "yes", False: "no", None: "-"}[r["cache_hit"]]]
             for r in reports

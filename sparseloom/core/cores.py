@@ -1,12 +1,17 @@
-"""The CPU cores this process may run on: listing them, pinning a thread, parsing a core list.
+"""The CPU this process runs on: its cores (listing them, pinning a thread, parsing a core
+list), its model name and what it computes natively (``/proc/cpuinfo``).
 
 A processor's ``cores`` (:mod:`sparseloom.core.processors`) name cores from this list; a
-processor's serving thread is pinned to them.
+processor's serving thread is pinned to them. Native code behaves differently per CPU (an AMD
+EPYC Zen 4 has AVX-512, AVX512-BF16 and VNNI but no AMX; an Intel Xeon may have AMX), so
+compressors and reports ask :func:`cpu_flags` rather than assume.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
 from collections.abc import Sequence
 
 from sparseloom.core.errors import ConfigError
@@ -76,3 +81,38 @@ def parse_cores(value: str | int | list[int] | tuple[int, ...]) -> tuple[int, ..
     if any(core < 0 for core in cores):
         raise ConfigError(f"cores {value!r} names a negative core")
     return tuple(sorted(set(cores)))
+
+
+#: ``/proc/cpuinfo`` flags of x86 instructions that add u8×s8 products in int32 (VNNI, AMX):
+#: with them int8 kernels do not saturate in int16, so full 8-bit weights are safe.
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (or :func:`platform.processor`)."""
+    return (_cpuinfo_field("model name") or platform.processor() or platform.machine()
+            or "?")
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as ``/proc/cpuinfo`` lists them (empty where it does not)."""
+    return frozenset((_cpuinfo_field("flags") or "").split())
+
+
+def has_int8_dot_product() -> bool:
+    """Whether the CPU adds int8 products in int32 natively (VNNI or AMX; see
+    :data:`INT8_DOT_FLAGS`). ``False`` where it cannot tell."""
+    return bool(cpu_flags() & set(INT8_DOT_FLAGS))

@@ -43,6 +43,13 @@ from sparseloom.core.version import __version__
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "sparseloom"
+
+#: The policy every command and API uses unless told otherwise: SparseLoom's variant choice
+#: placed for the load the tasks make together (:mod:`sparseloom.plugins.policies.loaded`).
+#: It is the one that beats the stock runtimes in ``sparseloom bench serve`` (docs/results.md);
+#: the paper's Algorithm 1 stays available as ``sparseloom``.
+DEFAULT_POLICY = "sparseloom-loaded"
+
 DISABLE_AUTOLOAD_ENV = "SPARSELOOM_DISABLE_PLUGIN_AUTOLOAD"
 
 #: Built-in plugin modules, registered in this order through the same path as third-party ones.

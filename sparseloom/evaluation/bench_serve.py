@@ -36,18 +36,10 @@ def machine() -> dict[str, Any]:
     import onnxruntime
     import openvino
 
+    from sparseloom.core.cores import cpu_name
     from sparseloom.core.processors import allowed_cores
 
-    model = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": list(allowed_cores()), "python": platform.python_version(),
+    return {"cpu": cpu_name(), "cores": list(allowed_cores()), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "openvino": openvino.get_version()}
 
 
@@ -69,6 +61,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     options = options or BenchOptions()
     chosen = select_contenders(contenders)
     from sparseloom.core.processors import openvino_cpu_precision
+    from sparseloom.evaluation.judging import judging_report
     from sparseloom.evaluation.stock import openvino_precision
 
     processors = profile_processors(profile)
@@ -96,6 +89,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                                      "reloads": pool.reloads}
     except KeyboardInterrupt as interrupt:
         report["stock_tuning"] = context.tunings
+        report["judging"] = judging_report(list(context.judgements.values()))
         report.setdefault("incomplete", {
             "reason": "interrupted (Ctrl-C) before the first scenario started",
             "scenario": None, "finished_scenarios": [],
@@ -103,6 +97,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
         _close(report, recorder)
         raise BenchInterrupted(report) from interrupt
     report["stock_tuning"] = context.tunings
+    report["judging"] = judging_report(list(context.judgements.values()))
     _close(report, recorder)
     return report
 
@@ -151,7 +146,7 @@ def quiet_record(first_load: float, runs: Sequence[dict[str, Any]]) -> dict[str,
 
 def _run_scenarios(report: dict[str, Any], context: ServeContext, chosen: Sequence[Any],
                    options: BenchOptions, recorder: Recorder) -> None:
-    from sparseloom.evaluation import serve_scenarios
+    from sparseloom.evaluation import serve_grid, serve_scenarios
     from sparseloom.evaluation.sim_check import simulated_closed
 
     closed_result = None
@@ -169,7 +164,7 @@ def _run_scenarios(report: dict[str, Any], context: ServeContext, chosen: Sequen
                 result = serve_scenarios.capacity(context, chosen, options, recorder,
                                                   closed_result)
             else:
-                result = serve_scenarios.grid(context, chosen, options, recorder)
+                result = serve_grid.grid(context, chosen, options, recorder)
         except KeyboardInterrupt:
             finished = [r for r in recorder.runs if r["scenario"].split("-")[0] == scenario
                         and not r.get("interrupted")]

@@ -15,6 +15,7 @@ import attrs
 
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.types import SLO, repeated
+from sparseloom.evaluation.judging import Judged, judged_precision
 from sparseloom.evaluation.stock import STOCK_RUNTIMES, serve_stock
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.options import RuntimeOptions
@@ -118,6 +119,9 @@ class ServeContext:
     _tuned: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
     _measured: dict[tuple[str, tuple[int, ...] | None], list[Any]] = attrs.field(
         factory=dict, init=False)
+    #: Every judgement on held-out rows, by (task, pick, precision, accuracy SLO).
+    judgements: dict[tuple[Any, ...], Judged] = attrs.field(factory=dict, init=False)
+    _dense_outputs: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)
 
     def picks(self, slos: Mapping[str, SLO], policy: str = HEADLINE
               ) -> dict[str, tuple[int, ...]]:
@@ -161,7 +165,7 @@ class ServeContext:
                 self._measured[task, models[task]] = stock_tuned.measure_candidates(
                     serve_alone, task, configs, self.cores, self.progress)
         measured = [m for t in tasks for m in self._measured[t, models[t]]]
-        whole = {t: self.eval_set_accuracy(t, models[t]) for t in tasks}
+        whole = {t: self.selection_accuracy(t, models[t]) for t in tasks}
         tuned = stock_tuned.tune(name, measured, self.cores, stock.picks, slos, whole)
         key = (name, tuple(models.items()), tuned.describe())
         if key not in self._tuned:
@@ -183,18 +187,39 @@ class ServeContext:
         out = {}
         for task in self.workload.task_names:
             measured = self._measured[task, None]
-            refused = refusals(measured, slos, {task: self.eval_set_accuracy(task, None)})
+            refused = refusals(measured, slos, {task: self.selection_accuracy(task, None)})
             out[task] = min(m.latency_ms for m, no in zip(measured, refused, strict=True)
                             if not no)
         return out
 
-    def eval_set_accuracy(self, task: str, pick: Sequence[int] | None) -> float:
-        """The accuracy on the whole eval set of ``task``'s dense model (the zoo's record),
+    def selection_accuracy(self, task: str, pick: Sequence[int] | None) -> float:
+        """The accuracy on the selection rows of ``task``'s dense model (the zoo's record),
         or of its stitched variant ``pick`` (the profile's)."""
         if pick is None:
             return float(self.zoos[task].manifest["metric"]["dense"])
         profile = self.profile.task(task)
         return float(profile.accuracy()[int(profile.index(list(pick)))])
+
+
+    def judged(self, task: str, pick: Sequence[int] | None, precision: str,
+               slo_accuracy: float) -> Judged:
+        """``pick`` of ``task`` (``None``: dense) judged on the task's held-out rows in
+        ``precision`` against the margin ``slo_accuracy`` leaves below dense
+        (:mod:`sparseloom.evaluation.judging`); measured once per benchmark."""
+        from sparseloom.evaluation.judging import judge
+
+        choices = None if pick is None else tuple(int(c) for c in pick)
+        key = (task, choices, precision, round(float(slo_accuracy), 9))
+        if key not in self.judgements:
+            dense = self.selection_accuracy(task, None)
+            judged, outputs = judge(
+                self.workload.task(task), self.zoos[task], choices, precision,
+                selection_drop=dense - self.selection_accuracy(task, choices),
+                margin=dense - float(slo_accuracy),
+                dense_outputs=self._dense_outputs.get((task, precision)))
+            self._dense_outputs[task, precision] = outputs
+            self.judgements[key] = judged
+        return self.judgements[key]
 
 
 def _slo_key(slos: Mapping[str, SLO]) -> tuple[tuple[str, float, float], ...]:
@@ -207,32 +232,55 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
     if contender.kind == "policy":
         from sparseloom.runtime.session import RunConfig, serve
 
-        return serve(context.workload, context.profile,
-                     RunConfig(policy=contender.policy or contender.name, slos=dict(slos),
-                               load=spec, options=contender.options or RuntimeOptions(),
-                               memory_budget=context.memory_budget)
-                     ).summary
+        policy = contender.policy or contender.name
+        summary = serve(context.workload, context.profile,
+                        RunConfig(policy=policy, slos=dict(slos), load=spec,
+                                  options=contender.options or RuntimeOptions(),
+                                  memory_budget=context.memory_budget)).summary
+        precision = judged_precision(context.precision)
+        return _with_judged_accuracy(context, summary, context.picks(slos, policy),
+                                     dict.fromkeys(summary_tasks(summary), precision), slos)
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")
     stock = STOCK_RUNTIMES[contender.name]
+    from sparseloom.evaluation.stock import openvino_precision
+
     if stock.tuned:
         picks = context.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None
-        summary = serve_stock(context.workload, context.zoos, context.tuned(stock.name, slos),
-                              spec, slos, picks=picks)
-        return _with_eval_set_accuracy(context, summary, picks)
+        tuned = context.tuned(stock.name, slos)
+        summary = serve_stock(context.workload, context.zoos, tuned, spec, slos, picks=picks)
+        precisions = {t: judged_precision(openvino_precision([tuned.processor(t)]))
+                      for t in summary_tasks(summary)}
+        return _with_judged_accuracy(context, summary, picks, precisions, slos)
     picks = context.picks(slos) if stock.picks else None
     summary = serve_stock(context.workload, context.zoos, stock, spec, slos,
                           cores=context.cores, picks=picks, precision=context.precision)
-    return _with_eval_set_accuracy(context, summary, picks)
+    precisions = {t: judged_precision(openvino_precision(
+        [stock.processor(t, context.cores, context.precision)])) for t in summary_tasks(summary)}
+    return _with_judged_accuracy(context, summary, picks, precisions, slos)
 
 
-def _with_eval_set_accuracy(context: ServeContext, summary: RunSummary,
-                            picks: Mapping[str, tuple[int, ...]] | None) -> RunSummary:
-    """A stock run's summary with each task's accuracy on the whole eval set filled in, as a
-    policy run's has it from the profile: the dense model's (the zoo's record), or the
-    profile's of the pick — so every contender is judged by the same accuracy."""
-    import attrs
+def summary_tasks(summary: RunSummary) -> list[str]:
+    """The tasks a run summary reports."""
+    return [task.task for task in summary.tasks]
 
-    tasks = [attrs.evolve(task, accuracy_profile=context.eval_set_accuracy(
-        task.task, picks[task.task] if picks is not None else None)) for task in summary.tasks]
+
+def _with_judged_accuracy(context: ServeContext, summary: RunSummary,
+                          picks: Mapping[str, tuple[int, ...]] | None,
+                          precisions: Mapping[str, str], slos: Mapping[str, SLO]
+                          ) -> RunSummary:
+    """``summary`` with each task's accuracies of what it served: on the selection rows
+    (``accuracy_profile``: the zoo's record of dense, or the profile's of the pick) and as
+    judged on the held-out rows in the precision it was served in (``accuracy_judged``, on
+    the selection scale: :meth:`~sparseloom.evaluation.judging.Judged.judged_accuracy`) — so
+    every contender is judged by the same accuracies, whatever it measured while serving."""
+    tasks = []
+    for task in summary.tasks:
+        pick = picks.get(task.task) if picks is not None else None
+        dense = context.selection_accuracy(task.task, None)
+        judged = context.judged(task.task, pick, precisions[task.task],
+                                slos[task.task].accuracy)
+        tasks.append(attrs.evolve(
+            task, accuracy_profile=context.selection_accuracy(task.task, pick),
+            accuracy_judged=judged.judged_accuracy(dense)))
     return attrs.evolve(summary, tasks=tuple(tasks))

@@ -81,6 +81,18 @@ def _floor_lines(result: dict[str, Any]) -> list[str]:
             f"the floor meets every cell that any variant can."]
 
 
+def _above_floor_lines(above: dict[str, Any] | None) -> list[str]:
+    """Each contender's violation rate above the grid's floor, and the best stock runtime's."""
+    if not above or not above["contenders"]:
+        return []
+    text = ", ".join(f"{name} {_num(row['median'], 2)} [{_num(row['min'], 2)}–"
+                     f"{_num(row['max'], 2)}]" for name, row in above["contenders"].items())
+    best = above.get("best_stock")
+    tail = (f"; the best stock runtime ({best['contender']}) {_num(best['median'], 2)}"
+            if best else "")
+    return [f"- Above the floor ({_num(above['floor'], 2)}; lower is better): {text}{tail}."]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole report as Markdown: machine, load, configurations, one table per scenario;
     an incomplete one (Ctrl-C) says so at the top and lists the runs of the scenario it
@@ -123,7 +135,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                     lines += ["", f"Met the SLOs at every probe, up to the top of the bracket "
                               f"(the capacity is at least the figure above): "
                               f"{', '.join(part['at_bracket_top'])}."]
-                lines += ["", *_ratio_lines(f"k = {k}", part)]
+                lines += ["", *_ratio_lines(f"k = {k}", part),
+                          *_above_floor_lines(part.get("above_floor"))]
             if scenario == "grid":
                 lines += ["", "### all k", ""]
                 lines += _contender_table(result["contenders"], header, digits)
@@ -137,6 +150,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             from sparseloom.evaluation.sim_check import render_simulated
 
             lines += render_simulated(result["simulated"])
+    from sparseloom.evaluation.judging import render_judging
+
+    lines += render_judging(report.get("judging") or {})
     if incomplete:
         lines += ["", *_interrupted_lines(report, incomplete)]
     return "\n".join(lines) + "\n"

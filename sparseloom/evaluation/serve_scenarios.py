@@ -1,4 +1,5 @@
-"""The four scenarios of ``sparseloom bench serve``: closed, steady, capacity and grid.
+"""The scenarios of ``sparseloom bench serve``: closed, steady and capacity (the grid is
+:mod:`sparseloom.evaluation.serve_grid`).
 
 Each takes the shared :class:`~sparseloom.evaluation.contenders.ServeContext`, the contenders
 and a :class:`~sparseloom.evaluation.bench_serve.Recorder`, runs its interleaved rounds, and
@@ -25,7 +26,7 @@ from sparseloom.evaluation.serve_figures import (
     dense_slos,
     factors,
     family_ratios,
-    isolated_dense_ms,
+    judged_accuracy,
     ratios_per_round,
     rotated,
     spread,
@@ -36,8 +37,10 @@ from sparseloom.runtime.load import LoadSpec
 ACCURACY_TOLERANCE = 1e-9
 
 
-def _table(values: dict[str, dict[int, float]], contenders: Sequence[Contender],
-           runs: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+def table(values: dict[str, dict[int, float]], contenders: Sequence[Contender],
+          runs: list[dict[str, Any]], figure: str) -> list[dict[str, Any]]:
+    """Per contender: the median and spread of its per-round ``values``, its rounds, its
+    INVALID runs and their reasons, and the spread of every figure of its VALID ``runs``."""
     rows = []
     for contender in contenders:
         mine = values.get(contender.name, {})
@@ -83,7 +86,7 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
     return {"figure": "throughput_rps", "unit": "requests/s",
             "run_length": run_length(options),
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
-            "contenders": _table(values, contenders, recorder.runs_of("closed"),
+            "contenders": table(values, contenders, recorder.runs_of("closed"),
                                  "throughput_rps"),
             "ratios": ratios_per_round(equal, contenders),
             "ratios_by_policy": family_ratios(equal, contenders),
@@ -133,8 +136,8 @@ def steady(context: ServeContext, contenders: Sequence[Contender], options: Benc
     return {"figure": "stp", "unit": "Σ task rate ÷ its isolated rate",
             "duration_s": options.steady_s, "isolated_hot_ms": iso,
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
-            "contenders": _table(stp, contenders, runs, "stp"),
-            "antt": _table(antt, contenders, runs, "antt"),
+            "contenders": table(stp, contenders, runs, "stp"),
+            "antt": table(antt, contenders, runs, "antt"),
             "task_rates": {name: {t: spread([r[t] for r in by_round.values()]) for t in iso}
                            for name, by_round in rates.items()},
             "worst_task": _worst_task(stp, rates, contenders),
@@ -214,7 +217,8 @@ def _meets(run: dict[str, Any], slos: dict[str, SLO]) -> bool:
 def capacity(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
              recorder: Recorder, closed_result: dict[str, Any] | None = None
              ) -> dict[str, Any]:
-    """The largest Poisson rate per task at which every task meets its SLOs, by bisection.
+    """The largest Poisson rate per task at which every task meets its SLOs (latency: k × its
+    isolated hot latency, :meth:`ServeContext.isolated_hot_ms`), by bisection.
 
     The bracket is [0, 1.5 × closed-loop throughput ÷ tasks] (a rate above the closed-loop
     throughput cannot be sustained), the throughput the closed scenario measured or, without
@@ -228,7 +232,7 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
     (0 when none did). Baselines run only at ``baseline_ks``.
     """
     tasks = len(context.workload.task_names)
-    iso = isolated_dense_ms(context)
+    iso = context.isolated_hot_ms(dense_slos(context))
     brackets: dict[str, float] = {}
     if closed_result is not None:
         for row in closed_result["contenders"]:
@@ -271,123 +275,29 @@ def capacity(context: ServeContext, contenders: Sequence[Contender], options: Be
         runs = [r for r in recorder.runs_of("capacity") if r.get("k") == k]
         by_k[f"{k:g}"] = {
             "slo_latency_ms": {t: k * iso[t] for t in iso},
-            "contenders": _table(values, playing, runs, "rate_rps_per_task"),
+            "contenders": table(values, playing, runs, "rate_rps_per_task"),
             "ratios": ratios_per_round(values, playing),
             "ratios_by_policy": family_ratios(values, playing),
             "at_bracket_top": sorted(topped)}
     headline = by_k.get("5") or next(iter(by_k.values()))
     return {"figure": "rate_rps_per_task", "unit": "requests/s per task",
-            "isolated_dense_ms": iso, "k": by_k,
+            "isolated_hot_ms": iso, "k": by_k,
             "contenders": headline["contenders"], "ratios": headline["ratios"],
             "ratios_by_policy": headline["ratios_by_policy"]}
 
 
-def accuracy_axis(context: ServeContext, points: int = 5) -> dict[str, list[float]]:
-    """The paper's accuracy axis per task (:func:`~sparseloom.plan.slo_grid.slo_ranges`)."""
-    from sparseloom.plan.slo_grid import slo_ranges
-
-    out = {}
-    for name in context.workload.task_names:
-        (low, high), _ = slo_ranges(context.profile.task(name))
-        out[name] = [float(a) for a in np.linspace(low, high, points)]
-    return out
-
-
-def violation_floor(context: ServeContext, axis: Mapping[str, Sequence[float]]
-                    ) -> dict[str, Any]:
-    """The violation rate no contender can go under on ``axis``: the cells whose accuracy SLO
-    no stitched variant reaches, whether measured on the evaluation processor or as served on
-    a profiled one (:attr:`~sparseloom.profile.table.TaskProfile.served_accuracy`). The dense
-    model every stock runtime serves and every variant a baseline serves are stitched variants
-    too, judged by the same figures (:func:`judge_run`), so none of them meets such a cell either.
-    Latency plays no part: a contender may miss a reachable cell too, so this is a lower bound,
-    the same at every k.
-
-    Returns ``violation_rate`` (unreachable cells over tasks × levels), ``unreachable`` (task →
-    its levels no variant reaches) and ``best_accuracy`` (task → the best accuracy any variant
-    has).
-    """
-    table = context.profile.unmasked or context.profile
-    best: dict[str, float] = {}
-    unreachable: dict[str, list[int]] = {}
-    for name, levels in axis.items():
-        profile = table.task(name)
-        measured = np.concatenate([np.ravel(profile.accuracy()),
-                                   np.ravel(profile.served_accuracy)])
-        measured = measured[np.isfinite(measured)]
-        best[name] = float(measured.max()) if measured.size else -math.inf
-        missed = [level for level, accuracy in enumerate(levels)
-                  if best[name] < accuracy - ACCURACY_TOLERANCE]
-        if missed:
-            unreachable[name] = missed
-    cells = sum(len(levels) for levels in axis.values())
-    rate = sum(map(len, unreachable.values())) / cells if cells else math.nan
-    return {"violation_rate": rate, "unreachable": unreachable, "best_accuracy": best}
-
-
-def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
-         recorder: Recorder, ks: Sequence[float] = (), points: int = 5) -> dict[str, Any]:
-    """Violation rate per contender at latency SLO = k × isolated dense latency, over the
-    paper's accuracy axis (``points`` levels, every task at the same level), closed loop.
-
-    A stock runtime serving dense models has no policy and no feedback, so its run does not
-    depend on the SLOs: one run per round is judged at every cell. Everything else runs once
-    per cell and round.
-    """
-    iso = isolated_dense_ms(context)
-    axis = accuracy_axis(context, points)
-    ks = tuple(ks) or options.ks
-    cells = [(k, level) for k in ks for level in range(points)]
-    violations: dict[str, dict[str, dict[int, list[float]]]] = {}
-    for round_index in range(options.grid_rounds):
-        spec = LoadSpec("closed", queries=options.queries, seed=options.seed + round_index)
-        for contender in rotated(contenders, round_index):
-            shared: dict[str, Any] | None = None
-            for k, level in cells:
-                slos = {t: SLO(axis[t][level], k * iso[t]) for t in iso}
-                if contender.is_stock and shared is not None:
-                    rate = judge_run(shared, slos)
-                else:
-                    run = recorder.run(
-                        "grid", contender, round_index,
-                        partial(serve_contender, context, contender, spec, slos),
-                        k=k, level=level)
-                    shared = run if run["valid"] else None
-                    rate = judge_run(run, slos) if run["valid"] else math.nan
-                if rate == rate:
-                    violations.setdefault(contender.name, {}).setdefault(
-                        f"{k:g}", {}).setdefault(round_index, []).append(rate)
-    by_k: dict[str, Any] = {}
-    for k in ks:
-        values = {name: {r: float(np.mean(v)) for r, v in per_k.get(f"{k:g}", {}).items()}
-                  for name, per_k in violations.items()}
-        by_k[f"{k:g}"] = {"contenders": _table(values, contenders, [], "violation_rate"),
-                          "ratios": ratios_per_round(values, contenders,
-                                                     higher_is_better=False),
-                          "ratios_by_policy": family_ratios(values, contenders, False)}
-    overall = {name: {r: float(np.mean([np.mean(per_k[key][r]) for key in per_k
-                                        if r in per_k[key]]))
-                      for r in range(options.grid_rounds) if any(r in v for v in per_k.values())}
-               for name, per_k in violations.items()}
-    return {"figure": "violation_rate", "unit": "fraction of tasks", "accuracy_axis": axis,
-            "floor": violation_floor(context, axis), "isolated_dense_ms": iso, "k": by_k,
-            "contenders": _table(overall, contenders, recorder.runs_of("grid"),
-                                 "violation_rate"),
-            "ratios": ratios_per_round(overall, contenders, higher_is_better=False),
-            "ratios_by_policy": family_ratios(overall, contenders, False)}
-
-
 def judge_run(run: dict[str, Any], slos: dict[str, SLO]) -> float:
     """The run's violation rate under ``slos``: a task misses when its p90 is above its
-    latency SLO, or when what it served falls short of its accuracy SLO on the whole eval set
-    (the profile's accuracy of the variant, the dense model's for a stock runtime). The
-    accuracy of the few hundred requests a run serves has a standard error of 2–4 points:
-    judged on them, a dense model would "miss" a dense − 1 point SLO about one run in four."""
+    latency SLO, or when what it served falls short of its accuracy SLO as judged (on the
+    held-out rows, else the selection rows: :func:`~serve_figures.judged_accuracy`; the dense
+    model's for a stock runtime). The accuracy of the few hundred requests a run serves has a
+    standard error of 2–4 points: judged on them, a dense model would "miss" a dense − 1
+    point SLO about one run in four."""
     summary = run["summary"]
 
     def accuracy(task: Any) -> float:
-        whole = float(task.accuracy_profile)
-        return whole if whole == whole else float(task.accuracy_measured)
+        judged = judged_accuracy(task)
+        return judged if judged == judged else float(task.accuracy_measured)
 
     missed = [t for t in summary.tasks
               if not (accuracy(t) >= slos[t.task].accuracy - ACCURACY_TOLERANCE

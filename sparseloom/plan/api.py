@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import PlanError, SparseloomError
-from sparseloom.core.registry import get_registry
+from sparseloom.core.registry import DEFAULT_POLICY, get_registry
 from sparseloom.core.types import SLO, Plan, Processor, as_dict
 from sparseloom.plan.contract import checked_plan, completed_plan
 from sparseloom.plan.policy import ProfilePolicy
@@ -92,7 +92,7 @@ def profiled_processors(profile: ProfileTable, chosen: Sequence[Any] | None = No
 def make_plan(
     profile: ProfileTable,
     *,
-    policy: str = "sparseloom",
+    policy: str = DEFAULT_POLICY,
     slos: Mapping[str, SLO] | None = None,
     processors: Sequence[Any] | None = None,
     memory_budget: float | int = 1.0,

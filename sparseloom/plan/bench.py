@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sparseloom.core.registry import get_registry
+from sparseloom.core.registry import DEFAULT_POLICY, get_registry
 from sparseloom.core.types import Processor
 from sparseloom.plan.slo_grid import grid_middle
 from sparseloom.profile.table import ProfileTable, TaskProfile
@@ -58,7 +58,7 @@ def _decision_seconds(policy: Any, table: ProfileTable, processors: list[Process
 
 def bench_policies(policies: list[str] | None = None, repeats: int = 5) -> list[dict[str, Any]]:
     """Median decision time of each policy at each of :data:`SIZES`."""
-    names = policies or ["sparseloom"]
+    names = policies or [DEFAULT_POLICY]
     rows = []
     for (t, v, s, p), goal in SIZES:
         table = synthetic_table(t, v, s, p)

@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import RuntimeServeError
+from sparseloom.core.registry import DEFAULT_POLICY
 from sparseloom.core.types import SLO
 from sparseloom.runtime import switching
 from sparseloom.runtime.arguments import check_server_arguments
@@ -66,7 +67,7 @@ class Server:
     :param progress: a progress bar on stderr while preloading.
     """
 
-    def __init__(self, workload: Any, profile: Any = None, *, policy: str = "sparseloom",
+    def __init__(self, workload: Any, profile: Any = None, *, policy: str = DEFAULT_POLICY,
                  slos: Mapping[str, SLO] | None = None, processors: Sequence[str] = (),
                  memory_budget: float | int = 1.0, tasks: Sequence[str] | None = None,
                  max_queued: int | None = DEFAULT_MAX_QUEUED,

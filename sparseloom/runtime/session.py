@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import RuntimeServeError
+from sparseloom.core.registry import DEFAULT_POLICY
 from sparseloom.core.types import SLO, repeated
 from sparseloom.runtime.budget import weights_bytes
 from sparseloom.runtime.executor import RuntimeOptions
@@ -61,7 +62,7 @@ class RunConfig:
             CLI's live view); ``None``: none.
     """
 
-    policy: str = attrs.field(default="sparseloom",
+    policy: str = attrs.field(default=DEFAULT_POLICY,
                               validator=instance_field(str, "a registered policy name"))
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=slos_converter)
     memory_budget: float | int = attrs.field(default=1.0,

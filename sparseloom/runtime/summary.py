@@ -55,6 +55,9 @@ class TaskResult:
     failed: int
     violated: str
     rejected: int = 0
+    #: What it served, judged on eval rows selection never saw, on the selection scale
+    #: (``bench serve`` fills it in: :mod:`sparseloom.evaluation.judging`); ``nan`` elsewhere.
+    accuracy_judged: float = math.nan
 
     @property
     def met(self) -> bool:

@@ -28,6 +28,7 @@ from sparseloom.core.cache import cache_dir, cache_notice, config_hash, file_has
 from sparseloom.core.errors import ConfigError
 from sparseloom.workload import checks
 from sparseloom.workload.evaluate import evaluate
+from sparseloom.workload.held_out import CALIBRATION_FROM_EVAL
 from sparseloom.workload.task import Task, TaskBuilder, TaskDefinition
 
 MODEL_FILE = "model.onnx"
@@ -368,6 +369,8 @@ def load_task_files(
         }
         checks.check_calibration(calibration_arrays, f"task {name!r}: calibration rows (taken "
                                  f"from data file {data}; no calibration file given)")
+        # the held-out split takes them again from the selection rows (workload.held_out)
+        info[CALIBRATION_FROM_EVAL] = DEFAULT_CALIBRATION_SAMPLES
     else:
         checks.check_calibration(calibration_arrays, f"task {name!r}: calibration file "
                                  f"{calibration}")

@@ -7,6 +7,8 @@ The format (paths are relative to the TOML file)::
     processors = ["ov:CPU", "ort:CPU"]  # optional; empty = the default set
     variants = ["dense", "unstructured", "int8"]  # optional: the zoo's variants (dense first;
                                         # a bare name = its default levels); empty = default
+    held_out = 0.3                      # optional: share of each task's eval rows kept out of
+                                        # selection to judge it (0 = none; at most 0.5)
 
     [compressors.unstructured]          # optional: options passed to a compressor's factory
     scope = "layer"
@@ -47,6 +49,7 @@ from typing import Any
 
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.types import SLO, repeated
+from sparseloom.workload.held_out import DEFAULT_HELD_OUT, check_held_out
 from sparseloom.workload.metrics import METRICS
 from sparseloom.workload.task import (
     TaskBuilder,
@@ -60,7 +63,7 @@ BUNDLED_BUILDERS: tuple[str, ...] = ("tiny", "vision", "sentiment", "activity", 
 
 _TOP_KEYS = {
     "name": str, "description": str, "processors": list, "task": list, "profile": dict,
-    "variants": list, "compressors": dict,
+    "variants": list, "compressors": dict, "held_out": (int, float),
 }
 #: The ``[profile]`` table: which estimators (by registered name) and settings the profiler uses.
 _PROFILE_KEYS = {
@@ -265,6 +268,8 @@ def read_workload_file(
         description=document.get("description", ""),
         variants=_parse_variants(document.get("variants", []), where),
         compressor_options=_parse_compressors(document.get("compressors", {}), where),
+        held_out=check_held_out(document.get("held_out", DEFAULT_HELD_OUT),
+                                f"{where}: held_out"),
     )
 
 

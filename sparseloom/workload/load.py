@@ -9,6 +9,7 @@ from pathlib import Path
 from sparseloom.core.errors import ConfigError, UnknownNameError, UnknownTaskError
 from sparseloom.workload.build import build_task
 from sparseloom.workload.file import read_workload_file
+from sparseloom.workload.held_out import check_held_out, split_held_out
 from sparseloom.workload.task import Workload, WorkloadDefinition
 
 __all__ = ["load_workload", "resolve_workload"]
@@ -54,6 +55,7 @@ def load_workload(
     tasks: Sequence[str] | None = None,
     progress: bool = True,
     rebuild: bool = False,
+    held_out: float | None = None,
 ) -> Workload:
     """Build (or load from the cache) a workload and return its ready tasks.
 
@@ -62,6 +64,9 @@ def load_workload(
     :param tasks: only these tasks (in this order); all by default.
     :param progress: show progress bars (stderr) for long build steps.
     :param rebuild: build the builder tasks again even when their cache entries are sound.
+    :param held_out: the share of each task's eval rows held out of selection
+        (:mod:`sparseloom.workload.held_out`); ``None``: the workload's (0.3 unless its file
+        says otherwise); 0: none.
     :raises UnknownNameError: an unknown workload name.
     :raises UnknownTaskError: a task in ``tasks`` that the workload lacks.
     :raises ConfigError: a malformed workload file or data that does not fit its model.
@@ -79,7 +84,9 @@ def load_workload(
                 f"its tasks: {', '.join(by_name) or 'none'}"
             )
         chosen = [by_name[name] for name in tasks]
-    built = tuple(build_task(task, progress=progress, rebuild=rebuild) for task in chosen)
+    share = definition.held_out if held_out is None else check_held_out(held_out)
+    built = tuple(split_held_out(build_task(task, progress=progress, rebuild=rebuild), share)
+                  for task in chosen)
     return Workload(
         name=definition.name,
         tasks=built,
@@ -88,4 +95,5 @@ def load_workload(
         description=definition.description,
         variants=definition.variants,
         compressor_options=definition.compressor_options,
+        held_out=share,
     )

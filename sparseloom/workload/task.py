@@ -22,10 +22,11 @@ import numpy as np
 from sparseloom.core.errors import ConfigError, MissingDataError, UnknownTaskError
 from sparseloom.core.types import SLO
 from sparseloom.workload.arguments import OptionRange, check_builder_options
+from sparseloom.workload.held_out import DEFAULT_HELD_OUT, readonly
 from sparseloom.workload.metrics import get_metric
 
 if TYPE_CHECKING:
-    pass
+    from sparseloom.workload.held_out import HeldOut
 
 __all__ = [
     "MissingDataError",
@@ -89,15 +90,6 @@ def _strings(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _readonly(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    frozen = {}
-    for key, value in arrays.items():
-        array = np.asarray(value)
-        array.setflags(write=False)
-        frozen[key] = array
-    return frozen
-
-
 @attrs.frozen(eq=False)
 class Task:
     """One ready task: a dense ONNX model, its eval and calibration data, metric and SLO.
@@ -115,19 +107,23 @@ class Task:
         description: what the task is and what it stands in for.
         info: build facts (``dense_metric``, ``torch_metric``, ``params``, ``model_bytes``,
             ``build_seconds``, ``cache_hit``, ``cache_dir`` ...), empty for file tasks.
+        held_out: the eval rows held out of selection to judge it
+            (:mod:`sparseloom.workload.held_out`); ``eval_inputs`` and ``labels`` are then
+            the selection rows only. ``None``: nothing held out.
     """
 
     name: str = attrs.field(validator=_task_name)
     model_path: Path = attrs.field(converter=Path)
-    eval_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
+    eval_inputs: Mapping[str, np.ndarray] = attrs.field(converter=readonly)
     labels: np.ndarray
-    calibration_inputs: Mapping[str, np.ndarray] = attrs.field(converter=_readonly)
+    calibration_inputs: Mapping[str, np.ndarray] = attrs.field(converter=readonly)
     metric: str
     slo: SLO | None = None
     input_names: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     output_names: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     description: str = ""
     info: Mapping[str, Any] = attrs.field(factory=dict)
+    held_out: HeldOut | None = None
 
     @property
     def num_eval(self) -> int:
@@ -141,9 +137,24 @@ class Task:
 
     @property
     def dense_metric(self) -> float | None:
-        """The dense model's metric on the eval set when it was built, else ``None``."""
+        """The dense model's metric on the whole eval set (selection and held-out rows) when
+        it was built, else ``None``."""
         value = self.info.get("dense_metric")
         return None if value is None else float(value)
+
+    def judging(self) -> Task:
+        """This task over its held-out rows (what ``bench serve`` judges accuracy on).
+
+        :raises ConfigError: nothing was held out (a task built outside
+            :func:`~sparseloom.workload.load.load_workload`, or a workload with
+            ``held_out = 0``).
+        """
+        if self.held_out is None:
+            raise ConfigError(
+                f"task {self.name!r} holds no eval rows out of selection; load it with "
+                f"load_workload (held_out > 0 in its workload file) to judge on unseen rows")
+        return attrs.evolve(self, eval_inputs=self.held_out.inputs,
+                            labels=self.held_out.labels, held_out=None)
 
     def score(self, outputs: Mapping[str, np.ndarray]) -> float:
         """Score model outputs (by output name, as ``run_batched`` returns) against labels.
@@ -182,6 +193,8 @@ class Workload:
         description: one line about it.
         variants: the zoo's variant names (the file's ``variants``); empty means the default.
         compressor_options: options per compressor name (the file's ``[compressors.<name>]``).
+        held_out: the share of each task's eval rows held out of selection
+            (:mod:`sparseloom.workload.held_out`).
     """
 
     name: str
@@ -191,6 +204,8 @@ class Workload:
     description: str = ""
     variants: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     compressor_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    #: The share of each task's eval rows held out of selection to judge it (0: none).
+    held_out: float = DEFAULT_HELD_OUT
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -278,3 +293,5 @@ class WorkloadDefinition:
     description: str = ""
     variants: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     compressor_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    #: The share of each task's eval rows held out of selection to judge it (0: none).
+    held_out: float = DEFAULT_HELD_OUT

@@ -183,6 +183,9 @@ def zoo_config(
             options = (compressor_options or {}).get(name)
             if options:  # only when given, so zoos built without options keep their hash
                 compressors[name]["options"] = dict(options)
+            key = compressor_cache_key(factory, options or {})
+            if key:  # what the output depends on beyond the options (the CPU, a revision)
+                compressors[name]["cache_key"] = key
     return {
         "format": ZOO_FORMAT,
         "sparseloom": __version__,
@@ -197,6 +200,19 @@ def zoo_config(
         "eval_sha256": arrays_hash(task.eval_inputs),
         "evaluation_processor": evaluation_processor,
     }
+
+
+def compressor_cache_key(factory: Any, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The compressor's ``cache_key()``, when it defines one: what its output depends on
+    beyond its options (the CPU's int8 instructions, a revision of its method), so that a
+    zoo built before or elsewhere is not reused."""
+    key = getattr(factory, "cache_key", None)
+    if key is None:
+        return None
+    try:
+        return dict(factory(**options).cache_key())
+    except Exception:  # bad options: the zoo build reports them when it makes the compressor
+        return None
 
 
 def arrays_hash(arrays: Mapping[str, np.ndarray]) -> str:

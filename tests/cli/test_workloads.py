@@ -46,7 +46,8 @@ def test_build_tiny_json_reports_each_task():
     assert task["name"] == "tiny" and task["metric"] == "accuracy"
     assert 0.9 < task["dense_metric"] <= 1.0
     assert task["params"] > 1000 and task["model_bytes"] > 1000
-    assert task["eval_size"] > 300 and task["calibration_size"] == 64
+    assert task["eval_size"] + task["held_out_size"] > 300 and task["calibration_size"] == 64
+    assert task["held_out_size"] == round(0.3 * (task["eval_size"] + task["held_out_size"]))
     assert task["inputs"] == {"image": [1, 8, 8]} and task["outputs"] == ["logits"]
     assert task["build_seconds"] > 0
     # Built by the fixture-less run above or earlier: the next run is a hit.

@@ -237,6 +237,10 @@ def test_cli_writes_the_report(tmp_path: Path, tiny: tuple[Any, Any]) -> None:
     assert "`stock-tuned` as found: dense models, batch 1:" in markdown
     assert "`picks-tuned` as found: sparseloom's picks merged" in markdown
     assert "tuning tiny: " in completed.stderr
+    # Accuracy judged on held-out rows: dense, and each policy's pick, in f32.
+    judged = {(j["model"], j["precision"]) for j in report["judging"]["judged"]}
+    assert ("dense", "f32") in judged and all(j["rows"] > 0 for j in report["judging"]["judged"])
+    assert "## Accuracy on held-out rows" in markdown
     for row in closed["contenders"]:
         assert {"contender", "median", "min", "max", "rounds"} <= set(row)
     assert {"vs_best_stock", "vs_best_baseline"} <= set(closed["ratios"])
@@ -282,7 +286,7 @@ def test_k_chooses_the_latency_multipliers(tiny: tuple[Any, Any],
     report = json.loads(capsys.readouterr().out)
     grid = report["scenarios"]["grid"]
     assert set(grid["k"]) == {"3", "7.5"}
-    iso = grid["isolated_dense_ms"]["tiny"]
+    iso = grid["isolated_hot_ms"]["tiny"]
     assert report["options"]["ks"] == [3.0, 7.5] and iso > 0
     # The floor is a lower bound of every contender's violation rate, and its line says so.
     floor = grid["floor"]["violation_rate"]
@@ -292,8 +296,8 @@ def test_k_chooses_the_latency_multipliers(tiny: tuple[Any, Any],
 
 
 def test_the_grid_floor_counts_the_cells_no_variant_reaches(context: ServeContext) -> None:
+    from sparseloom.evaluation.serve_grid import violation_floor
     from sparseloom.evaluation.serve_report import _floor_lines
-    from sparseloom.evaluation.serve_scenarios import violation_floor
 
     profile = context.profile.task("tiny")
     dense = float(profile.source_accuracy[0])  # what every stock runtime serves
@@ -307,6 +311,20 @@ def test_the_grid_floor_counts_the_cells_no_variant_reaches(context: ServeContex
     text = " ".join(_floor_lines({"floor": floor, "accuracy_axis": axis}))
     assert "**0.33**" in text and "tiny at level 2 (SLO 1.5000" in text
     assert violation_floor(context, {"tiny": [0.0, dense]})["violation_rate"] == 0.0
+
+
+def test_violation_above_the_floor_is_each_round_less_the_floor() -> None:
+    from sparseloom.evaluation.serve_grid import above_floor
+    from sparseloom.evaluation.serve_report import _above_floor_lines
+
+    contenders = select_contenders(["sparseloom", "stock-ort", "stock-ov"])
+    values = {"sparseloom": {0: 0.25, 1: 0.5, 2: 0.25}, "stock-ort": {0: 0.75, 1: 0.5},
+              "stock-ov": {0: 0.5, 1: 0.5, 2: 0.5}}
+    above = above_floor(values, contenders, 0.25)
+    assert above["contenders"]["sparseloom"] == {"median": 0.0, "min": 0.0, "max": 0.25, "n": 3}
+    assert above["contenders"]["stock-ort"]["median"] == pytest.approx(0.375)
+    assert above["best_stock"] == {"contender": "stock-ov", "median": 0.25}
+    assert "the best stock runtime (stock-ov) 0.25" in _above_floor_lines(above)[0]
 
 
 def test_a_policy_contender_may_serve_another_policy_with_its_own_runtime_settings(

@@ -71,9 +71,10 @@ def test_user_task_from_files_end_to_end(user_files: Path):
     task = workload.task("mytask")
     assert task.slo == SLO(accuracy=0.85, latency_ms=5.0)
     assert task.input_names == ("x", "y") and task.output_names == ("logits",)
-    assert task.num_eval == 40 and task.num_calibration == 8
+    assert task.num_eval == 28 and task.held_out.count == 12 and task.num_calibration == 8
     assert task.info["params"] == 15
-    assert evaluate(task) == pytest.approx(37 / 40)
+    # 37 of the 40 rows right: on the selection rows and the held-out ones together
+    assert evaluate(task) * 28 + evaluate(task.judging()) * 12 == pytest.approx(37)
 
 
 def test_calibration_defaults_to_eval_samples_and_dtype_is_cast(user_files: Path):
@@ -83,8 +84,11 @@ def test_calibration_defaults_to_eval_samples_and_dtype_is_cast(user_files: Path
     path = write(user_files, '[[task]]\nname = "t"\nmodel = "model.onnx"\ndata = "eval64.npz"\n')
     task = load_workload(path, progress=False).task("t")
     assert task.eval_inputs["x"].dtype == np.float32
-    assert task.num_calibration == 40
-    assert evaluate(task) == pytest.approx(37 / 40)
+    # taken from the eval rows, but from the selection rows only: no compressor sees a row
+    # that judges it
+    assert task.num_calibration == 28
+    np.testing.assert_array_equal(task.calibration_inputs["x"], task.eval_inputs["x"])
+    assert evaluate(task) * 28 + evaluate(task.judging()) * 12 == pytest.approx(37)
 
 
 def test_unknown_workload_and_task_are_clear():

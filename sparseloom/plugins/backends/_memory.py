@@ -210,15 +210,3 @@ def gpu_count() -> int:
         nvml.nvmlShutdown()
 
 
-def cpu_name() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (or :func:`platform.processor`)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()

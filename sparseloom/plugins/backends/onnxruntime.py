@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparseloom.core.cores import cpu_name
 from sparseloom.core.hookspecs import hookimpl
 from sparseloom.core.types import Processor
 from sparseloom.plugins.backends import _memory, _worker
@@ -95,7 +96,7 @@ class OnnxRuntimeBackend(WorkerBackend):
         import onnxruntime as ort
 
         available = ort.get_available_providers()
-        found = [Processor("ort:CPU", "ort", "CPU", full_name=_memory.cpu_name())]
+        found = [Processor("ort:CPU", "ort", "CPU", full_name=cpu_name())]
         gpus = _memory.gpu_count()
         for kind in ("CUDA", "TensorRT"):
             provider = PROVIDERS[kind]

@@ -96,16 +96,20 @@ class Int8Quantizer:
     MatMul with a constant weight are quantized; Softmax, normalisations, attention masks and
     every other op stay float32, which keeps masks with ±1e4 offsets exact.
 
-    ``reduce_range`` (default on) stores weights in 7 bits. On x86 CPUs without VNNI the u8×s8
-    kernels of ORT (and OpenVINO/oneDNN) add products pairwise in int16 and saturate; with full
-    8-bit weights the tiny test transformer's output error grew 10× (see docs/compressors.md).
+    ``reduce_range`` stores weights in 7 bits. On x86 CPUs without VNNI the u8×s8 kernels of
+    ORT (and OpenVINO/oneDNN) add products pairwise in int16 and saturate; with full 8-bit
+    weights the tiny test transformer's output error grew 10× (see docs/compressors.md). On a
+    CPU with VNNI or AMX the products are added in int32 and 7 bits only halve the weights'
+    resolution, so by default (``None``) it is on only where the CPU has neither
+    (:func:`sparseloom.core.cores.has_int8_dot_product`).
 
     ``level`` is meaningless here: ``default_levels`` is empty and ``compress`` takes
     ``level=0.0``. ``calibration`` is required.
 
     :param calibrate_method: ``minmax`` (default), ``entropy`` or ``percentile``; percentile
         and entropy fail on constant inputs (an all-ones mask) and measured no better.
-    :param reduce_range: 7-bit weights to avoid int16 saturation (see above).
+    :param reduce_range: 7-bit weights to avoid int16 saturation (see above); ``None``: on
+        where the CPU lacks VNNI and AMX.
     :param op_types: the op types to quantize.
     :param max_calibration_batches: calibration batches used.
     """
@@ -113,11 +117,25 @@ class Int8Quantizer:
     calibrate_method: CalibrationMethodName = attrs.field(
         default="minmax", validator=attrs.validators.in_(("minmax", "entropy", "percentile"))
     )
-    reduce_range: bool = True
+    reduce_range: bool | None = None
     op_types: tuple[str, ...] = attrs.field(default=("Conv", "Gemm", "MatMul"), converter=as_tuple)
     max_calibration_batches: int = attrs.field(default=32, validator=attrs.validators.ge(1))
     kind: str = attrs.field(default="int8", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
+
+    @property
+    def seven_bit(self) -> bool:
+        """Whether weights are stored in 7 bits on this machine (``reduce_range`` resolved)."""
+        if self.reduce_range is not None:
+            return self.reduce_range
+        from sparseloom.core.cores import has_int8_dot_product
+
+        return not has_int8_dot_product()
+
+    def cache_key(self) -> dict[str, object]:
+        """What its output depends on beyond its options: the resolved weight width (a zoo
+        built on a CPU without VNNI is not reused on one with it)."""
+        return {"seven_bit_weights": self.seven_bit}
 
     def compress(
         self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays]
@@ -166,7 +184,7 @@ class Int8Quantizer:
                         quant_format=QuantFormat.QDQ,
                         op_types_to_quantize=list(self.op_types),
                         per_channel=True,
-                        reduce_range=self.reduce_range,
+                        reduce_range=self.seven_bit,
                         activation_type=QuantType.QUInt8,
                         weight_type=QuantType.QInt8,
                         calibrate_method=method,

@@ -11,9 +11,17 @@ shapes and FLOPs shrink, which is where CPU speed-ups come from.
 
 Ranking, with calibration data (the normal case in the zoo): channel ``c`` scores
 ``Σ_sinks std(a_c) · ‖W_sink[:, c]‖₂`` — the size of the change its removal makes to the next
-layer's output — and the removed channels' mean contribution ``W_sink[:, c] · mean(a_c)`` is
-folded into the next layer's bias. Without calibration data channels are ranked by the L1
-norm of the producer's weights (Li et al., 2017) and nothing is folded.
+layer's output. Without calibration data channels are ranked by the L1 norm of the producer's
+weights (Li et al., 2017) and the sinks are left as they are.
+
+Compensation, with calibration data: by default (``refit=True``) every sink's kept weights and
+its bias are re-fitted by ridge least squares so that, on calibration activations, the sink's
+output from the kept channels of the model pruned so far matches its output in the dense
+subgraph — the reconstruction step of channel pruning (He et al., 2017; ThiNet, Luo et al.,
+2017), solved in closed form, no gradient steps. A kxk Conv sink is fitted on im2col patches
+(padding, strides and dilations as the node has them), a Gemm/MatMul sink on its input rows.
+With ``refit=False`` only the removed channels' mean contribution ``W_sink[:, c] · mean(a_c)``
+is folded into the sink's bias (the refit with its weight change held at zero).
 
 Attention heads are not pruned: the head count is baked into Reshape shape constants that
 exporters compute in many different ways (Shape/Gather/Div chains), so head pruning on raw ONNX
@@ -22,6 +30,7 @@ is fragile; FFN neurons and convolution channels carry most of the compute.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -34,7 +43,6 @@ from sparseloom.plugins.compressors._channel_groups import (
     ChannelGraph,
     Group,
     Sink,
-    attr,
     constants_to_initializers,
 )
 from sparseloom.plugins.compressors._common import (
@@ -42,6 +50,15 @@ from sparseloom.plugins.compressors._common import (
     check_fraction_level,
     model_copy,
     replace_initializer,
+)
+from sparseloom.plugins.compressors._sink_fit import (
+    REFIT_ROWS,
+    Rows,
+    channel_rows,
+    draw_rows,
+    feature_rows,
+    fold_into_bias,
+    refit_sink,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +68,10 @@ if TYPE_CHECKING:
 
 #: Per sink tensor: mean and standard deviation of each feature on the channel axis.
 Stats = dict[str, tuple[np.ndarray, np.ndarray]]
+
+#: Raised whenever :meth:`StructuredPruner.compress` gives another output for the same options
+#: (it is part of the zoo's cache key). 2: least-squares refit of the sinks, on by default.
+REVISION = 2
 
 
 @attrs.define(eq=False)
@@ -70,14 +91,29 @@ class StructuredPruner:
     the group's size is such a multiple and the rounding still removes something; otherwise the
     exact count is used. ``channel_multiple=1`` gives exact fractions.
 
+    With calibration batches, ``refit=True`` re-fits the weights and bias of each layer that
+    reads a pruned group (its *sink*) by ridge least squares on at most :data:`REFIT_ROWS`
+    calibration rows, so that its output from the kept channels matches its dense output (see
+    the module docstring); ``refit=False`` folds the removed channels' mean into the sink's bias
+    only, exactly as before the refit existed. Without calibration both do nothing.
+
     :param channel_multiple: round kept channel counts to multiples of this (see above).
     :param max_calibration_batches: calibration batches used for activation statistics.
+    :param refit: re-fit the sinks by least squares (``True``) or only fold means into biases.
     """
 
     channel_multiple: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     max_calibration_batches: int = attrs.field(default=16, validator=attrs.validators.ge(1))
+    refit: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     kind: str = attrs.field(default="structured", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(0.25, 0.5), init=False)
+
+    def cache_key(self) -> dict[str, object]:
+        """What its output depends on beyond the options a workload file gives, for the zoo's
+        cache key (:func:`sparseloom.zoo.options.zoo_config`): the algorithm's
+        :data:`REVISION` and the resolved ``refit``, so a zoo built before the refit existed (or
+        under another default) is rebuilt rather than reused."""
+        return {"revision": REVISION, "refit": self.refit}
 
     def groups(self, subgraph: onnx.ModelProto) -> tuple[list[Group], list[str]]:
         """The prunable channel groups of ``subgraph``, and why every other producer is not."""
@@ -112,8 +148,12 @@ class StructuredPruner:
         fraction = check_fraction_level(self.kind, level)
         pruned = model_copy(subgraph)
         constants_to_initializers(pruned)
-        _, reasons = self.groups(pruned)
+        initial_groups, reasons = self.groups(pruned)
         batches = list(calibration)[: self.max_calibration_batches]
+        refit_rows = REFIT_ROWS if self.refit and batches else 0
+        # The refit's target: every sink's input in the dense subgraph, on the same rows.
+        dense_rows = _calibrate(pruned, [s for g in initial_groups for s in g.sinks], batches,
+                                refit_rows)[1] if refit_rows else {}
         removed_any = False
         graph = ChannelGraph(pruned)
         for index in range(len(pruned.graph.node)):
@@ -129,10 +169,15 @@ class StructuredPruner:
                                f"{fraction:g} of them rounds to none")
                 continue
             # Statistics of the model as pruned so far, so folded biases stay consistent.
-            stats = _activation_stats(pruned, group.sinks, batches) if batches else {}
+            stats, rows = (_calibrate(pruned, group.sinks, batches, refit_rows) if batches
+                           else ({}, {}))
             scores = _scores(graph, group, stats)
             keep = np.sort(np.argsort(scores, kind="stable")[remove:])
-            _apply(pruned, graph, group, keep, stats)
+            if refit_rows:
+                for sink in group.sinks:
+                    key = _sink_key(pruned, sink)
+                    refit_sink(pruned, graph, sink, keep, rows[key], dense_rows.get(key))
+            _apply(pruned, graph, group, keep, {} if refit_rows else stats)
             removed_any = True
             graph = ChannelGraph(pruned)  # re-indexed: this group changed weight shapes
         if not removed_any:
@@ -158,15 +203,21 @@ def channels_to_remove(channels: int, fraction: float, multiple: int = 1) -> int
     return channels - kept if multiple <= kept < channels else exact
 
 
-def _feature_rows(array: np.ndarray, axis: int) -> np.ndarray:
-    """``array`` as (samples, features) with the channel axis (counted from the end) last."""
-    return np.moveaxis(array, array.ndim + axis, -1).reshape(-1, array.shape[axis])
+def _sink_key(model: onnx.ModelProto, sink: Sink) -> str:
+    """A name for ``sink`` that stays the same while the model is pruned: its first output."""
+    return str(model.graph.node[sink.node].output[0])
 
 
-def _activation_stats(
-    model: onnx.ModelProto, sinks: Sequence[Sink], calibration: Sequence[Arrays]
-) -> Stats:
-    """Mean and std of every sink input's features over the calibration batches (ORT CPU)."""
+def _calibrate(
+    model: onnx.ModelProto, sinks: Sequence[Sink], calibration: Sequence[Arrays],
+    sample_rows: int = 0,
+) -> tuple[Stats, Rows]:
+    """Mean and std of every sink input's features over the calibration batches (ORT CPU),
+    and, when ``sample_rows`` > 0, about that many of each sink's input rows (:data:`Rows`).
+
+    Rows are drawn per batch with a seed made of the batch's index and the sink's key, so two
+    models with the same tensor shapes (dense and pruned) give the same positions.
+    """
     import onnx
     import onnxruntime as ort
 
@@ -185,7 +236,9 @@ def _activation_stats(
     )
     feed_names = [i.name for i in session.get_inputs()]
     sums: dict[str, list[np.ndarray]] = {}
-    for batch in calibration:
+    sampled: dict[str, list[np.ndarray]] = {_sink_key(model, s): [] for s in sinks}
+    quota = -(-sample_rows // max(1, len(calibration)))
+    for batch_index, batch in enumerate(calibration):
         missing = [n for n in feed_names if n not in batch]
         if missing:
             raise CompressionError(
@@ -194,21 +247,23 @@ def _activation_stats(
             )
         values = session.run([n for n, _ in wanted], {n: batch[n] for n in feed_names})
         for (name, axis), value in zip(wanted, values, strict=True):
-            rows = _feature_rows(value.astype(np.float64), axis)
+            rows = feature_rows(value.astype(np.float64), axis)
             total = sums.setdefault(name, [np.zeros(rows.shape[1]), np.zeros(rows.shape[1]),
                                            np.zeros(1)])
             total[0] += rows.sum(0)
             total[1] += (rows**2).sum(0)
             total[2] += rows.shape[0]
+        if sample_rows:
+            captured = dict(zip([n for n, _ in wanted], values, strict=True))
+            for sink in sinks:
+                key = _sink_key(model, sink)
+                seed = np.random.default_rng([batch_index, zlib.crc32(key.encode())])
+                sampled[key].append(draw_rows(model, sink, captured[sink.tensor], quota, seed))
     stats: Stats = {}
     for name, (linear, squares, count) in sums.items():
         mean = linear / count
         stats[name] = (mean, np.sqrt(np.maximum(squares / count - mean**2, 0.0)))
-    return stats
-
-
-def _rows(keep: np.ndarray, block: int) -> np.ndarray:
-    return (keep[:, None] * block + np.arange(block)[None, :]).ravel()
+    return stats, {key: np.concatenate(parts) for key, parts in sampled.items() if parts}
 
 
 def _scores(graph: ChannelGraph, group: Group, stats: Stats) -> np.ndarray:
@@ -229,17 +284,20 @@ def _scores(graph: ChannelGraph, group: Group, stats: Stats) -> np.ndarray:
 
 def _apply(model: onnx.ModelProto, graph: ChannelGraph, group: Group, keep: np.ndarray,
            stats: Stats) -> None:
-    """Fold removed channels into the sinks' biases, then slice to the ``keep`` channels."""
+    """Fold removed channels into the sinks' biases (means from ``stats``; pass none after a
+    refit), then slice to the ``keep`` channels."""
     from onnx import helper
 
     by_name = {init.name: init for init in model.graph.initializer}
     removed = np.setdiff1d(np.arange(group.channels), keep)
     for sink in group.sinks:
         if sink.tensor in stats:
-            _fold_into_bias(model, graph, sink, _rows(removed, sink.block), stats[sink.tensor][0])
+            fold_into_bias(model, graph, sink, channel_rows(removed, sink.block),
+                           stats[sink.tensor][0])
             by_name = {init.name: init for init in model.graph.initializer}
     for name, axis, block in group.edits:
-        replace_initializer(by_name[name], np.take(graph.arrays[name], _rows(keep, block), axis))
+        replace_initializer(by_name[name],
+                            np.take(graph.arrays[name], channel_rows(keep, block), axis))
     for index in group.depthwise:
         node = model.graph.node[index]
         kept = [a for a in node.attribute if a.name != "group"]
@@ -247,52 +305,3 @@ def _apply(model: onnx.ModelProto, graph: ChannelGraph, group: Group, keep: np.n
         node.attribute.extend([*kept, helper.make_attribute("group", len(keep))])
 
 
-def _fold_into_bias(model: onnx.ModelProto, graph: ChannelGraph, sink: Sink,
-                    removed_rows: np.ndarray, mean: np.ndarray) -> None:
-    """Add the removed features' mean contribution to the sink's output bias, if it has one."""
-    from onnx import numpy_helper
-
-    node = model.graph.node[sink.node]
-    weight = graph.arrays[sink.weight].astype(np.float64)
-    taken = np.moveaxis(np.take(weight, removed_rows, axis=sink.weight_axis), sink.weight_axis, 0)
-    # Contract removed input features with their means; sum any kernel dims (Conv).
-    delta = np.tensordot(mean[removed_rows], taken, axes=(0, 0))
-    if delta.ndim > 1:
-        delta = delta.reshape(delta.shape[0], -1).sum(1)
-    if node.op_type == "Gemm":
-        delta *= float(attr(node, "alpha", 1.0))
-        beta = float(attr(node, "beta", 1.0))
-        if beta == 0.0:
-            return
-        delta /= beta
-        bias_name = node.input[2] if len(node.input) > 2 else ""
-    elif node.op_type == "Conv":
-        bias_name = node.input[2] if len(node.input) > 2 else ""
-    else:  # MatMul: its bias is a following Add with a constant, if there is exactly one
-        consumers = graph.consumers.get(node.output[0], [])
-        adds = [model.graph.node[i] for i, _ in consumers
-                if model.graph.node[i].op_type == "Add"]
-        constants = [n for a in adds for n in a.input if graph.const(n) is not None]
-        if len(consumers) != 1 or len(constants) != 1:
-            return
-        bias_name = constants[0]
-    if bias_name and graph.uses[bias_name] != 1:
-        return
-    if not bias_name:
-        bias_name = f"{sink.weight}__pruned_bias"
-        while len(node.input) < 2:
-            node.input.append("")
-        if len(node.input) == 2:
-            node.input.append(bias_name)
-        else:
-            node.input[2] = bias_name
-        model.graph.initializer.append(numpy_helper.from_array(
-            delta.astype(np.float32), bias_name))
-        graph.arrays[bias_name] = delta.astype(np.float32)
-        graph.uses[bias_name] = 1
-        return
-    bias = graph.arrays[bias_name]
-    updated = (bias.astype(np.float64) + delta).astype(np.float32)
-    graph.arrays[bias_name] = updated
-    init = next(i for i in model.graph.initializer if i.name == bias_name)
-    replace_initializer(init, updated)

@@ -258,3 +258,28 @@ def accuracy(parts: Sequence[onnx.ModelProto], trained: TrainedModel) -> float:
     """Top-1 accuracy of the chained ``parts`` on the held-out split."""
     logits = run_chain(parts, trained.test_inputs)[trained.model.graph.output[0].name]
     return float((logits.argmax(-1) == trained.test_labels).mean())
+
+
+def initializer(name: str, array: np.ndarray) -> onnx.TensorProto:
+    """A float32 initializer."""
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray(array, dtype=np.float32), name)
+
+
+def graph_model(nodes: Sequence[onnx.NodeProto], inits: Sequence[onnx.TensorProto],
+                x_shape: Sequence[int], y_shape: Sequence[int], name: str = "synthetic"
+                ) -> onnx.ModelProto:
+    """A checked opset-17 model from ``x`` (batch, *x_shape) to ``y`` (batch, *y_shape)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *x_shape])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", *y_shape])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+

@@ -71,6 +71,30 @@ def test_int8_needs_calibration_of_the_right_inputs(transformer) -> None:
         Int8Quantizer().compress(part, 0.0, [{"/blocks.0/Add_3_output_0": np.zeros((2, 8, 32))}])
 
 
+def _weight_extent(model: onnx.ModelProto) -> int:
+    from onnx.numpy_helper import to_array
+
+    return max(int(np.abs(to_array(i).astype(np.int32)).max()) for i in model.graph.initializer
+               if i.data_type == onnx.TensorProto.INT8 and len(i.dims) >= 2)
+
+
+def test_int8_weight_width_follows_the_cpu(cnn) -> None:
+    """7-bit weights (|w| ≤ 64) where the CPU lacks VNNI and AMX, full 8 bits (up to 127)
+    where it has them; the zoo's cache key carries the width."""
+    from sparseloom.core.cores import cpu_flags, has_int8_dot_product
+    from sparseloom.zoo.options import compressor_cache_key
+
+    part, calibration = cnn.parts[0], cnn.calibration[0]
+    assert _weight_extent(Int8Quantizer(reduce_range=True).compress(part, 0.0, calibration)) <= 64
+    assert _weight_extent(Int8Quantizer(reduce_range=False).compress(part, 0.0, calibration)) > 64
+    native = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+    assert has_int8_dot_product() is native and Int8Quantizer().seven_bit is not native
+    assert compressor_cache_key(Int8Quantizer, {}) == {"seven_bit_weights": not native}
+    for seven_bit in (True, False):
+        assert compressor_cache_key(Int8Quantizer, {"reduce_range": seven_bit}) == {
+            "seven_bit_weights": seven_bit}
+
+
 def test_int8_leaves_its_input_alone(cnn) -> None:
     before = cnn.parts[0].SerializeToString()
     Int8Quantizer().compress(cnn.parts[0], 0.0, cnn.calibration[0])

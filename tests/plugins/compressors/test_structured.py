@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from sparseloom.core.errors import CompressionError
 from sparseloom.plugins.compressors import StructuredPruner, boundary_signature
 from tests.plugins.compressors.models import accuracy, run_chain
+from tests.plugins.compressors.models import graph_model as _model
+from tests.plugins.compressors.models import initializer as _init
 
 
 def _weights(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -59,9 +61,12 @@ def test_mild_pruning_keeps_accuracy(models, name: str) -> None:
 
 
 def test_heavier_pruning_costs_more(cnn) -> None:
+    # With the bias fold only: the refit keeps both levels within a point on this part
+    # (0.978 / 0.970); test_structured_refit.py compares the two.
+    pruner = StructuredPruner(refit=False)
     results = [
-        accuracy(cnn.with_part(0, StructuredPruner().compress(cnn.parts[0], level,
-                                                              cnn.calibration[0])), cnn.trained)
+        accuracy(cnn.with_part(0, pruner.compress(cnn.parts[0], level, cnn.calibration[0])),
+                 cnn.trained)
         for level in (0.25, 0.75)
     ]
     assert results[1] < results[0] - 0.03, results
@@ -86,22 +91,6 @@ def test_nothing_prunable_is_an_error(cnn) -> None:
 # --- hand-built graphs: removing dead channels must leave the outputs unchanged ---------------
 
 _RNG = np.random.default_rng(0)
-
-
-def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(array, dtype=np.float32), name)
-
-
-def _model(nodes, inits, x_shape, y_shape) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes, "synthetic",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *x_shape])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", *y_shape])],
-        initializer=inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
-    return model
 
 
 def _conv_bn_depthwise() -> onnx.ModelProto:

@@ -1,0 +1,199 @@
+"""Judge the accuracy of what a benchmark served on rows its selection never saw.
+
+The zoo, the profile, the estimators and the policies choose a task's variant on its
+*selection* rows (:mod:`sparseloom.workload.held_out`); a variant chosen just inside the
+accuracy margin there was chosen because it scored well on those very rows. ``bench serve``
+therefore judges "equal accuracy" on the task's *judging* rows: the served model (dense, or a
+pick merged into one model) runs over them in the precision it was served in, beside the dense
+model in the same precision, and the pick keeps its accuracy when what it loses against dense
+there is at most the margin selection allowed it (dense's selection accuracy − the SLO). The
+difference carries a 95% paired bootstrap interval (the same resampled rows for both models).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from sparseloom.workload.metrics import get_metric
+
+__all__ = ["BOOTSTRAP_ROUNDS", "Judged", "judge", "judged_precision", "judging_report",
+           "paired_interval", "processor_for", "render_judging"]
+
+#: Resamples of the paired bootstrap (a 95% interval's ends move by about 0.1 point between
+#: seeds at this count on a few hundred rows).
+BOOTSTRAP_ROUNDS = 1000
+
+
+@attrs.frozen
+class Judged:
+    """A model's accuracy on a task's judging rows against dense's on the same rows.
+
+    Attributes:
+        task: the task.
+        model: ``"dense"`` or the pick's choices joined by ``_`` (``"0_5"``).
+        precision: what it was computed in: ``f32`` (ONNX Runtime) or ``bf16`` (OpenVINO).
+        rows: judging rows (0 when the task holds none out: then every figure is ``nan``).
+        accuracy: the model's metric on the judging rows.
+        dense: the dense model's, on the same rows and in the same precision.
+        low, high: the 95% paired bootstrap interval of ``accuracy - dense``.
+        selection_drop: dense − the model on the selection rows (the profile's, f32).
+        margin: the drop selection allowed: dense's selection accuracy − the accuracy SLO.
+    """
+
+    task: str
+    model: str
+    precision: str
+    rows: int
+    accuracy: float
+    dense: float
+    low: float
+    high: float
+    selection_drop: float
+    margin: float
+
+    @property
+    def drop(self) -> float:
+        """What the model loses against dense on the judging rows."""
+        return self.dense - self.accuracy
+
+    @property
+    def chosen_within(self) -> bool:
+        """Selection put it within the margin."""
+        return self.selection_drop <= self.margin + 1e-9
+
+    @property
+    def within(self) -> bool:
+        """It keeps the margin on the judging rows too (``False`` when nothing was judged)."""
+        return self.drop <= self.margin + 1e-9
+
+    def judged_accuracy(self, dense_selection: float) -> float:
+        """The accuracy on the selection scale that the judging rows vouch for: dense's
+        selection accuracy minus what the model lost against dense on the judging rows (so
+        the task's accuracy SLO reads the same on both); ``nan`` when nothing was judged."""
+        return dense_selection - self.drop
+
+    def to_json(self) -> dict[str, Any]:
+        """The record and its verdicts as JSON."""
+        return attrs.asdict(self) | {"drop": self.drop, "within": self.within,
+                                     "chosen_within": self.chosen_within}
+
+
+def judged_precision(processor_precision: str) -> str:
+    """The precision a model served with this OpenVINO precision is judged in: ``bf16`` when
+    OpenVINO computed bf16, else ``f32`` (f32 on either runtime agrees to about 1e-6)."""
+    return "bf16" if processor_precision == "bf16" else "f32"
+
+
+def processor_for(precision: str) -> str:
+    """The processor spec a judgement in ``precision`` runs on."""
+    return "ov:CPU?INFERENCE_PRECISION_HINT=bf16" if precision == "bf16" else "ort:CPU"
+
+
+def paired_interval(metric: str, model: np.ndarray, dense: np.ndarray, labels: np.ndarray,
+                    rounds: int = BOOTSTRAP_ROUNDS, seed: int = 0) -> tuple[float, float]:
+    """The 95% paired bootstrap interval of ``metric(model) - metric(dense)``: both scored on
+    the same ``rounds`` resamples of the rows (with replacement)."""
+    score = get_metric(metric)
+    count = int(labels.shape[0])
+    rng = np.random.default_rng(seed)
+    differences = np.empty(rounds)
+    for index in range(rounds):
+        rows = rng.integers(0, count, count)
+        differences[index] = score(model[rows], labels[rows]) - score(dense[rows], labels[rows])
+    low, high = np.percentile(differences, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def _scored(task: Any, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    first = task.output_names[0] if task.output_names else None
+    return outputs[first] if first is not None and first in outputs else next(
+        iter(outputs.values()))
+
+
+def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
+          selection_drop: float, margin: float, dense_outputs: np.ndarray | None = None,
+          rounds: int = BOOTSTRAP_ROUNDS) -> tuple[Judged, np.ndarray]:
+    """Judge ``pick`` (``None``: the dense model) of ``task`` on its judging rows.
+
+    :param zoo: the task's subgraph zoo (a pick is merged from it into one model).
+    :param precision: ``f32`` or ``bf16`` (see :func:`processor_for`).
+    :param selection_drop: dense − the pick on the selection rows.
+    :param margin: dense's selection accuracy − the task's accuracy SLO.
+    :param dense_outputs: dense's scored output on the judging rows in ``precision``, when
+        already computed.
+    :returns: the judgement and dense's scored output (to pass again for the next pick).
+    """
+    from sparseloom.workload.inference import run_batched
+    from sparseloom.zoo.whole import merged_path
+
+    model = "dense" if pick is None else "_".join(map(str, pick))
+    held = getattr(task, "held_out", None)
+    if held is None:
+        nan = math.nan
+        return Judged(task.name, model, precision, 0, nan, nan, nan, nan, selection_drop,
+                      margin), np.empty(0)
+    judging = task.judging()
+    processor = processor_for(precision)
+    if dense_outputs is None:
+        dense_outputs = _scored(task, run_batched(task.model_path, judging.eval_inputs,
+                                                  processor=processor))
+    outputs = dense_outputs if pick is None else _scored(task, run_batched(
+        merged_path(zoo, pick), judging.eval_inputs, processor=processor))
+    score = get_metric(task.metric)
+    labels = np.asarray(judging.labels)
+    low, high = ((0.0, 0.0) if pick is None else
+                 paired_interval(task.metric, outputs, dense_outputs, labels, rounds))
+    return Judged(task.name, model, precision, held.count, score(outputs, labels),
+                  score(dense_outputs, labels), low, high, selection_drop, margin), dense_outputs
+
+
+def judging_report(judgements: Sequence[Judged]) -> dict[str, Any]:
+    """The report's ``judging`` section: every judgement, and how often a pick that selection
+    put within its margin fell outside it on the held-out rows."""
+    picks = [j for j in judgements if j.model != "dense" and j.rows]
+    chosen = [j for j in picks if j.chosen_within]
+    return {"judged": [j.to_json() for j in judgements],
+            "picks_chosen_within": len(chosen),
+            "fell_outside": sorted({f"{j.task} {j.model} ({j.precision})"
+                                    for j in chosen if not j.within}),
+            "unjudged_tasks": sorted({j.task for j in judgements if not j.rows})}
+
+
+def render_judging(section: Mapping[str, Any]) -> list[str]:
+    """The ``judging`` section as Markdown lines."""
+    rows = section.get("judged") or []
+    if not rows:
+        return []
+
+    def points(value: float) -> str:
+        return "—" if value != value else f"{100 * value:+.2f}"
+
+    lines = ["", "## Accuracy on held-out rows", "",
+             "Each model served, on eval rows its selection never saw, against the dense model "
+             "on the same rows and in the same precision (differences in points; 95% paired "
+             "bootstrap interval). Within: what it lost there is at most the margin "
+             "selection allowed it (dense − the accuracy SLO).", "",
+             "| task | model | precision | rows | accuracy | dense | difference [95%] | "
+             "difference on selection | margin | within |", "|---|---|---|---|---|---|---|---|"
+             "---|---|"]
+    for row in rows:
+        judged = row["rows"] > 0
+        lines.append(
+            f"| {row['task']} | {row['model']} | {row['precision']} | {row['rows']} | "
+            f"{row['accuracy']:.4f} | {row['dense']:.4f} | {points(-row['drop'])} "
+            f"[{points(row['low'])}, {points(row['high'])}] | "
+            f"{points(-row['selection_drop'])} | {100 * row['margin']:.2f} | "
+            f"{('yes' if row['within'] else '**no**') if judged else 'not judged'} |")
+    fell = section.get("fell_outside") or []
+    lines += ["", f"Of {section['picks_chosen_within']} pick(s) selection put within the "
+                  f"margin, {len(fell)} fell outside it on the held-out rows"
+                  + (f": {', '.join(fell)}." if fell else ".")]
+    if section.get("unjudged_tasks"):
+        lines.append(f"Not judged (no rows held out): {', '.join(section['unjudged_tasks'])}; "
+                     "their accuracy is judged on the rows it was selected on.")
+    return lines
