@@ -64,6 +64,10 @@ SCENARIO_CHOICES = ("closed", "steady", "capacity", "grid")
 @click.option("--tuning-queries", "tuning_queries", type=click.IntRange(min=1), default=None,
               help="Requests of each run that measures one configuration of one task for "
                    "stock-tuned and picks-tuned [default 300; --quick 100].")
+@click.option("--choose-above", "choose_above", type=click.FloatRange(min=0), default=None,
+              metavar="POINTS", help="Policies choose their variants as if every accuracy SLO "
+                                     "were POINTS higher; accuracy is judged at the SLO itself, "
+                                     "on the held-out rows [default 0].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
@@ -73,7 +77,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
                   out: Path | None, as_json: bool, keep_loaded: str | None = None,
                   memory_budget: str = "1.0", tuning_queries: int | None = None,
                   closed_queries: int | None = None, closed_min_s: float | None = None,
-                  steady_s: float | None = None) -> None:
+                  steady_s: float | None = None, choose_above: float | None = None) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
     Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
@@ -102,7 +106,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     changes: dict[str, Any] = {"scenarios": scenarios} if scenarios else {}
     given = {"rounds": rounds, "capacity_rounds": capacity_rounds, "grid_rounds": grid_rounds,
              "tuning_queries": tuning_queries, "closed_queries": closed_queries,
-             "closed_min_s": closed_min_s, "steady_s": steady_s}
+             "closed_min_s": closed_min_s, "steady_s": steady_s, "choose_above": choose_above}
     changes |= {name: value for name, value in given.items() if value is not None}
     changes["memory_budget"] = read_budget(memory_budget)
     if keep_loaded is not None:

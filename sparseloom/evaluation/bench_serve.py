@@ -69,6 +69,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     precision = openvino_precision(processors)
     context = ServeContext(workload, profile, zoos, cores, precision, options.memory_budget,
                            tuning_queries=options.tuning_queries,
+                           choose_above=options.choose_above / 100,
                            bf16=openvino_cpu_precision() == "bf16", progress=progress)
     recorder = Recorder(progress)
     report: dict[str, Any] = {"workload": workload.name, "machine": machine(),

@@ -111,6 +111,8 @@ class ServeContext:
     bf16: bool = False
     #: Called with one line per measured candidate.
     progress: Callable[[str], None] | None = None
+    #: Raised by this fraction, the accuracy SLOs policies choose under (judged at the SLOs).
+    choose_above: float = 0.0
     #: Per tuned runtime found: its name, picks, SLOs, configuration, prediction and the
     #: measurements it was chosen from.
     tunings: list[dict[str, Any]] = attrs.field(factory=list, init=False)
@@ -130,10 +132,16 @@ class ServeContext:
 
         key = (policy, _slo_key(slos))
         if key not in self._picks:
-            planned = make_plan(self.profile, policy=policy, slos=slos)
+            planned = make_plan(self.profile, policy=policy, slos=self.choosing(slos))
             self._picks[key] = {t: tuple(int(c) for c in v.choices)
                                 for t, v in planned.plan.variants.items()}
         return self._picks[key]
+
+    def choosing(self, slos: Mapping[str, SLO]) -> dict[str, SLO]:
+        """The SLOs a policy chooses its variants under: ``slos`` with every accuracy raised
+        by :attr:`choose_above` (at most 1)."""
+        return {t: SLO(min(s.accuracy + self.choose_above, 1.0), s.latency_ms)
+                for t, s in slos.items()}
 
     def tuned(self, name: str, slos: Mapping[str, SLO]) -> Any:
         """The tuned runtime ``name`` (``stock-tuned`` or ``picks-tuned``) under ``slos``.
@@ -234,7 +242,7 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
 
         policy = contender.policy or contender.name
         summary = serve(context.workload, context.profile,
-                        RunConfig(policy=policy, slos=dict(slos), load=spec,
+                        RunConfig(policy=policy, slos=context.choosing(slos), load=spec,
                                   options=contender.options or RuntimeOptions(),
                                   memory_budget=context.memory_budget)).summary
         precision = judged_precision(context.precision)
@@ -281,6 +289,7 @@ def _with_judged_accuracy(context: ServeContext, summary: RunSummary,
         judged = context.judged(task.task, pick, precisions[task.task],
                                 slos[task.task].accuracy)
         tasks.append(attrs.evolve(
-            task, accuracy_profile=context.selection_accuracy(task.task, pick),
+            task, slo_accuracy=slos[task.task].accuracy,  # judged at the SLO, not above it
+            accuracy_profile=context.selection_accuracy(task.task, pick),
             accuracy_judged=judged.judged_accuracy(dense)))
     return attrs.evolve(summary, tasks=tuple(tasks))

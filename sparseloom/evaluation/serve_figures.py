@@ -78,6 +78,10 @@ class BenchOptions:
         tuning_queries: requests of each closed run that measures one configuration of one
             task for ``stock-tuned`` and ``picks-tuned``
             (:mod:`~sparseloom.evaluation.stock_tuned`).
+        choose_above: points every accuracy SLO is raised by when a policy chooses its
+            variants (its runs, and the picks ``picks-*`` serve); accuracy is still judged at
+            the SLO itself, on the held-out rows — a tighter selection margin for picks that
+            fell outside it there.
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs
             (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
             benchmark ends). A bound trades memory for reloads between runs, which no run's
@@ -100,6 +104,7 @@ class BenchOptions:
     memory_budget: float | int = attrs.field(default=1.0, validator=attrs.validators.gt(0))
     steady_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     tuning_queries: int = attrs.field(default=300, validator=attrs.validators.ge(1))
+    choose_above: float = attrs.field(default=0.0, validator=number_field(low=0))
     keep_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0)))
 

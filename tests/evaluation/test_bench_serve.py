@@ -362,3 +362,19 @@ def test_policy_contenders_serve_within_the_benchmarks_memory_budget(
     assert 0 < half["loaded_bytes"] <= half["runtime_budget_bytes"]
     with pytest.raises(ValueError, match="memory_budget"):
         BenchOptions(memory_budget=0)
+
+
+def test_choosing_above_the_slo_tightens_the_picks_not_the_verdict(
+        context: ServeContext) -> None:
+    import attrs
+
+    from sparseloom.evaluation.serve_figures import dense_slos
+
+    slos = dense_slos(context)
+    tight = attrs.evolve(context, choose_above=0.01)
+    assert tight.choosing(slos)["tiny"].accuracy == pytest.approx(slos["tiny"].accuracy + 0.01)
+    pick = tight.picks(slos, "sparseloom-loaded")["tiny"]
+    # chosen at dense − 1 point + 1 point: no worse than dense on the selection rows
+    assert tight.selection_accuracy("tiny", pick) >= slos["tiny"].accuracy + 0.01 - 1e-9
+    judged = tight.judged("tiny", pick, "f32", slos["tiny"].accuracy)
+    assert judged.margin == pytest.approx(0.01)  # judged against the SLO itself

@@ -19,6 +19,8 @@ import numpy as np
 from sparseloom.core.errors import CompressionError
 from sparseloom.core.types import as_tuple
 from sparseloom.plugins.compressors._common import check_boundaries, check_no_level, model_copy
+from sparseloom.plugins.compressors._int8_sensitivity import keep_float
+from sparseloom.workload.arguments import number_field
 
 if TYPE_CHECKING:
     import onnx
@@ -87,6 +89,33 @@ def _restore_boundary_names(original: onnx.ModelProto, quantized: onnx.ModelProt
                 value.name = name
 
 
+#: The output error (relative L2 against float32 on calibration batches) above which INT8 leaves
+#: a subgraph's most sensitive layers in float32. See docs/compressors.md for how it was chosen.
+MAX_INT8_ERROR = 0.1
+#: Raised whenever :class:`Int8Quantizer` gives another output for the same options (part of
+#: the zoo's cache key). 2: sensitive layers stay float32.
+INT8_REVISION = 2
+
+
+def _name_layers(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
+    """The names of the layers the quantizer quantizes: ``op_types`` with a constant operand
+    (input 0 or 1), naming the unnamed ones (in place)."""
+    constants = {init.name for init in model.graph.initializer} | {
+        out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    names = []
+    for index, node in enumerate(model.graph.node):
+        if node.op_type in op_types and any(i in constants for i in node.input[:2]):
+            if not node.name:
+                node.name = f"sparseloom_int8_{index}"
+            names.append(node.name)
+    return names
+
+
+def _note(model: onnx.ModelProto, text: str) -> None:
+    """Append ``text`` to the model's doc string (what the zoo's ``show`` prints of it)."""
+    model.doc_string = f"{model.doc_string}\n{text}".strip()
+
+
 @attrs.define(eq=False)
 class Int8Quantizer:
     """Static INT8 quantization in QDQ form with ONNX Runtime's quantizer.
@@ -112,6 +141,13 @@ class Int8Quantizer:
         where the CPU lacks VNNI and AMX.
     :param op_types: the op types to quantize.
     :param max_calibration_batches: calibration batches used.
+    :param max_error: the relative L2 error of the subgraph's outputs against float32, on the
+        first ``error_batches`` calibration batches, above which its most sensitive layers stay
+        float32 (:mod:`~sparseloom.plugins.compressors._int8_sensitivity`); ``None``: every
+        layer INT8.
+    :param max_float_share: at most this share of the layers stays float32.
+    :param error_batches: calibration batches the output error is measured on (and the INT8
+        ranges of the search's trial models come from).
     """
 
     calibrate_method: CalibrationMethodName = attrs.field(
@@ -120,6 +156,11 @@ class Int8Quantizer:
     reduce_range: bool | None = None
     op_types: tuple[str, ...] = attrs.field(default=("Conv", "Gemm", "MatMul"), converter=as_tuple)
     max_calibration_batches: int = attrs.field(default=32, validator=attrs.validators.ge(1))
+    max_error: float | None = attrs.field(
+        default=MAX_INT8_ERROR, validator=number_field(low=0, low_open=True, optional=True))
+    max_float_share: float = attrs.field(
+        default=0.25, validator=number_field(low=0, low_open=True, high=1))
+    error_batches: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     kind: str = attrs.field(default="int8", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
 
@@ -135,7 +176,7 @@ class Int8Quantizer:
     def cache_key(self) -> dict[str, object]:
         """What its output depends on beyond its options: the resolved weight width (a zoo
         built on a CPU without VNNI is not reused on one with it)."""
-        return {"seven_bit_weights": self.seven_bit}
+        return {"seven_bit_weights": self.seven_bit, "revision": INT8_REVISION}
 
     def compress(
         self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays]
@@ -163,7 +204,7 @@ class Int8Quantizer:
 
         class _Reader(CalibrationDataReader):
             def __init__(self, feeds: Sequence[Mapping[str, np.ndarray]]) -> None:
-                self._feeds = iter(feeds)
+                self._feeds = iter(list(feeds))
 
             def get_next(self) -> Mapping[str, np.ndarray] | None:
                 return next(self._feeds, None)
@@ -173,30 +214,48 @@ class Int8Quantizer:
             "entropy": CalibrationMethod.Entropy,
             "percentile": CalibrationMethod.Percentile,
         }[self.calibrate_method]
+        named = model_copy(subgraph)
+        layers = _name_layers(named, self.op_types)
         # The quantizer wants file paths (given a ModelProto it rewrites it in place).
         with tempfile.TemporaryDirectory(prefix="sparseloom-int8-") as workdir:
             source, target = Path(workdir) / "dense.onnx", Path(workdir) / "int8.onnx"
-            onnx.save(subgraph, str(source))
-            try:
-                with _quiet_quantizer():
-                    quantize_static(
-                        str(source), str(target), _Reader(batches),
-                        quant_format=QuantFormat.QDQ,
-                        op_types_to_quantize=list(self.op_types),
-                        per_channel=True,
-                        reduce_range=self.seven_bit,
-                        activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8,
-                        calibrate_method=method,
-                        extra_options={"MatMulConstBOnly": True},
-                    )
-            except Exception as error:
-                raise CompressionError(
-                    f"compressor {self.kind!r}: onnxruntime's quantize_static failed on subgraph "
-                    f"{subgraph.graph.name!r} ({type(error).__name__}: {error}); check that the "
-                    f"calibration batches are finite and that the subgraph runs on ORT CPU"
-                ) from error
-            quantized = onnx.load(str(target))
+            onnx.save(named, str(source))
+
+            def quantize(exclude: Sequence[str], probe: bool) -> onnx.ModelProto:
+                feeds = batches[: self.error_batches] if probe else batches
+                try:
+                    with _quiet_quantizer():
+                        quantize_static(
+                            str(source), str(target), _Reader(feeds),
+                            quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=list(self.op_types),
+                            per_channel=True,
+                            reduce_range=self.seven_bit,
+                            activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8,
+                            calibrate_method=method,
+                            nodes_to_exclude=list(exclude),
+                            extra_options={"MatMulConstBOnly": True},
+                        )
+                except Exception as error:
+                    raise CompressionError(
+                        f"compressor {self.kind!r}: onnxruntime's quantize_static failed on "
+                        f"subgraph {subgraph.graph.name!r} ({type(error).__name__}: {error}); "
+                        f"check that the calibration batches are finite and that the subgraph "
+                        f"runs on ORT CPU") from error
+                return onnx.load(str(target))
+
+            if self.max_error is None:
+                quantized = quantize((), False)
+            else:
+                mixed = keep_float(named, quantize, layers,
+                                   batches[: self.error_batches], self.max_error,
+                                   self.max_float_share)
+                quantized = mixed.model
+                if mixed.float_nodes:
+                    _note(quantized, f"float32 layers (INT8 output error "
+                                     f"{mixed.error_all_int8:.3g} → {mixed.error:.3g}): "
+                                     f"{', '.join(mixed.float_nodes)}")
         _restore_boundary_names(subgraph, quantized)
         check_boundaries(self.kind, subgraph, quantized)
         return quantized
