@@ -1,5 +1,5 @@
 """The grid scenario of ``sparseloom bench serve``: violation rate over the paper's accuracy
-axis × latency SLO = k × each task's isolated hot latency, and its floor (the cells no variant
+axis × latency SLO = k × each task's isolated dense latency, and its floor (the cells no variant
 reaches, so no contender can meet).
 """
 
@@ -17,8 +17,8 @@ from sparseloom.evaluation.contenders import Contender, ServeContext, serve_cont
 from sparseloom.evaluation.serve_figures import (
     BenchOptions,
     Recorder,
-    dense_slos,
     family_ratios,
+    isolated_dense_ms,
     ratios_per_round,
     rotated,
     spread,
@@ -87,15 +87,15 @@ def above_floor(values: Mapping[str, Mapping[int, float]], contenders: Sequence[
 
 def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
          recorder: Recorder, ks: Sequence[float] = (), points: int = 5) -> dict[str, Any]:
-    """Violation rate per contender at latency SLO = k × isolated hot latency
-    (:meth:`ServeContext.isolated_hot_ms`), over the
+    """Violation rate per contender at latency SLO = k × isolated dense latency (the
+    profile's, :func:`isolated_dense_ms`), over the
     paper's accuracy axis (``points`` levels, every task at the same level), closed loop.
 
     A stock runtime serving dense models has no policy and no feedback, so its run does not
     depend on the SLOs: one run per round is judged at every cell. Everything else runs once
     per cell and round.
     """
-    iso = context.isolated_hot_ms(dense_slos(context))
+    iso = isolated_dense_ms(context)
     axis = accuracy_axis(context, points)
     ks = tuple(ks) or options.ks
     cells = [(k, level) for k in ks for level in range(points)]
@@ -134,7 +134,7 @@ def grid(context: ServeContext, contenders: Sequence[Contender], options: BenchO
                       for r in range(options.grid_rounds) if any(r in v for v in per_k.values())}
                for name, per_k in violations.items()}
     return {"figure": "violation_rate", "unit": "fraction of tasks", "accuracy_axis": axis,
-            "floor": floor, "isolated_hot_ms": iso, "k": by_k,
+            "floor": floor, "isolated_dense_ms": iso, "k": by_k,
             "contenders": table(overall, contenders, recorder.runs_of("grid"),
                                  "violation_rate"),
             "ratios": ratios_per_round(overall, contenders, higher_is_better=False),

@@ -228,6 +228,17 @@ def _interrupted_lines(report: dict[str, Any], incomplete: dict[str, Any]) -> li
     return lines
 
 
+def _why_no_ratio(result: dict[str, Any], policy: str) -> str:
+    """Why a scenario has no ratio for ``policy``: its VALID runs all missed equal accuracy
+    (judged on the held-out rows), or no round had a VALID run of both."""
+    row = next((r for r in result.get("contenders", ()) if r["contender"] == policy), None)
+    equal = (row or {}).get("figures", {}).get("equal_accuracy", {})
+    if row and row.get("n") and equal.get("n") and equal.get("max", 1.0) < 1:
+        return ("none of its VALID runs served at equal accuracy as judged on the held-out "
+                "rows (see the report's \"Accuracy on held-out rows\")")
+    return "no round in which both had a VALID run at equal accuracy"
+
+
 def headline_lines(report: dict[str, Any]) -> list[str]:
     """One line per scenario and sparseloom policy: it against the best stock runtime."""
     incomplete = report.get("incomplete")
@@ -240,8 +251,8 @@ def headline_lines(report: dict[str, Any]) -> list[str]:
         for policy, ratios in by_policy.items():
             ratio = ratios.get("vs_best_stock") or {}
             if not ratio.get("n"):
-                out.append(f"{scenario}: {policy} ÷ best stock runtime: no round in which both "
-                           "had a VALID run")
+                out.append(f"{scenario}: {policy} ÷ best stock runtime: "
+                           + _why_no_ratio(result, policy))
             elif ratio.get("difference"):
                 floor = (result.get("floor") or {}).get("violation_rate")
                 at_floor = "" if floor is None else (f" (floor {_num(floor, 2)}: no contender "

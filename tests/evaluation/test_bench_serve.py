@@ -286,7 +286,7 @@ def test_k_chooses_the_latency_multipliers(tiny: tuple[Any, Any],
     report = json.loads(capsys.readouterr().out)
     grid = report["scenarios"]["grid"]
     assert set(grid["k"]) == {"3", "7.5"}
-    iso = grid["isolated_hot_ms"]["tiny"]
+    iso = grid["isolated_dense_ms"]["tiny"]
     assert report["options"]["ks"] == [3.0, 7.5] and iso > 0
     # The floor is a lower bound of every contender's violation rate, and its line says so.
     floor = grid["floor"]["violation_rate"]
@@ -378,3 +378,21 @@ def test_choosing_above_the_slo_tightens_the_picks_not_the_verdict(
     assert tight.selection_accuracy("tiny", pick) >= slos["tiny"].accuracy + 0.01 - 1e-9
     judged = tight.judged("tiny", pick, "f32", slos["tiny"].accuracy)
     assert judged.margin == pytest.approx(0.01)  # judged against the SLO itself
+
+
+def test_a_missing_ratio_says_whether_accuracy_or_validity_kept_it_out() -> None:
+    from sparseloom.evaluation.serve_report import headline_lines
+
+    def row(name: str, n: int, equal: float) -> dict[str, Any]:
+        return {"contender": name, "n": n,
+                "figures": {"equal_accuracy": {"median": equal, "max": equal, "n": n}}}
+
+    empty = {"vs_best_stock": {"n": 0}}
+    report = {"load": {"quiet": True}, "scenarios": {"closed": {
+        "figure": "throughput_rps", "contenders": [row("sparseloom-loaded", 5, 0.0),
+                                                   row("sparseloom", 0, 1.0)],
+        "ratios": empty, "ratios_by_policy": {"sparseloom-loaded": empty, "sparseloom": empty}}}}
+    lines = headline_lines(report)
+    assert "sparseloom-loaded ÷ best stock runtime: none of its VALID runs served at equal " \
+           "accuracy as judged on the held-out rows" in lines[0]
+    assert "no round in which both had a VALID run" in lines[1]

@@ -124,7 +124,7 @@ def test_capacity_search_finds_the_known_capacity(tmp_path: Path,
         measured = closed(context, contenders, options, recorder)
         found = capacity(context, contenders, options, recorder, measured)
     service = recorder.runs_of("closed")[0]["summary"].tasks[0].latency  # one at a time
-    slo_ms = dense_slos(context, {"chain": 5.0 * found["isolated_hot_ms"]["chain"]})[
+    slo_ms = dense_slos(context, {"chain": 5.0 * found["isolated_dense_ms"]["chain"]})[
         "chain"].latency_ms
     expected = _mg1_rate(slo_ms, service.p50_ms, service.p90_ms, service.p99_ms)
     rate = found["k"]["5"]["contenders"][0]["median"]

@@ -37,7 +37,9 @@ def exact_accuracy(setup: tuple[Any, Any], result: RunResult, task_name: str) ->
         routes.setdefault((record.variant, record.processors), []).append(record)
     for (variant, processors), records in routes.items():
         choices = [int(c) for c in variant.split(",")]
-        with StitchedModel.load(zoo, choices, processors.split(">")) as model:
+        # a lane ("ort:CPU@task") computes as the processor it is a copy of
+        lanes = [p.split("@", 1)[0] for p in processors.split(">")]
+        with StitchedModel.load(zoo, choices, lanes) as model:
             for record in records:
                 inputs = {k: v[record.sample:record.sample + 1]
                           for k, v in task.eval_inputs.items()}

@@ -78,7 +78,9 @@ def test_a_backend_raising_fails_exactly_the_affected_futures(tiny: tuple[Any, A
             return runner(inputs)
         return run
 
-    with Server(workload, profile, slos={"tiny": LOOSE}) as server:
+    # The paper's policy: a chain of subgraphs, whose position 0 the fault is injected into
+    # (the default policy serves a one-processor chain merged into one model).
+    with Server(workload, profile, slos={"tiny": LOOSE}, policy="sparseloom") as server:
         runtime = server.runtime
         # The retry finds the subgraph resident on the other processor (a retry that loads it
         # there would load an unwrapped copy).
