@@ -1,4 +1,5 @@
-"""Built-in compressors: unstructured and structured pruning, INT8 (QDQ) and FP16.
+"""Built-in compressors: unstructured and structured pruning, low-rank factorisation, INT8
+(QDQ) and FP16.
 
 Each is applied per subgraph of an already partitioned dense model ("split first, then
 compress") and returns a subgraph with the same boundary tensor names, shapes and dtypes.
@@ -8,6 +9,7 @@ name / kind     what it does                default_levels          level means
 ==============  ==========================  ======================  ==========================
 unstructured    zero smallest weights       (0.3, 0.5, 0.7, 0.9)    fraction of weights zeroed
 structured      remove channels / neurons   (0.25, 0.5)             fraction of channels cut
+lowrank         W → A·B by truncated SVD    (0.25, 0.5)             fraction of parameters cut
 int8            static QDQ quantization     () — pass 0.0           nothing (needs calibration)
 fp16            float16 weights + compute   () — pass 0.0           nothing
 ==============  ==========================  ======================  ==========================
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 from sparseloom.plugins.compressors._common import NO_LEVEL, boundary_signature
+from sparseloom.plugins.compressors.lowrank import LowRankFactoriser
 from sparseloom.plugins.compressors.pruning import UnstructuredPruner, zero_fraction
 from sparseloom.plugins.compressors.quantization import Fp16Converter, Int8Quantizer
 from sparseloom.plugins.compressors.structured import StructuredPruner
@@ -29,6 +32,7 @@ __all__ = [
     "NO_LEVEL",
     "Fp16Converter",
     "Int8Quantizer",
+    "LowRankFactoriser",
     "StructuredPruner",
     "UnstructuredPruner",
     "boundary_signature",
@@ -39,12 +43,14 @@ __all__ = [
 
 @hookimpl
 def sparseloom_register_compressors(register: RegisterFn) -> None:
-    """Register the four built-in compressors under their kind names (each is its capability)."""
+    """Register the five built-in compressors under their kind names (each is its capability)."""
     for kind, factory, description in (
         ("unstructured", UnstructuredPruner,
          "magnitude pruning: zero the smallest Conv/Gemm/MatMul weights (global)"),
         ("structured", StructuredPruner,
          "remove conv channels / FFN neurons inside a subgraph (shapes shrink)"),
+        ("lowrank", LowRankFactoriser,
+         "factorise Gemm/MatMul weights in two by truncated SVD (whitened by calibration)"),
         ("int8", Int8Quantizer, "static INT8 QDQ quantization (per-channel weights, calibrated)"),
         ("fp16", Fp16Converter, "float16 weights and compute with float32 boundaries"),
     ):

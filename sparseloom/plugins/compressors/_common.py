@@ -6,7 +6,7 @@ that need them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +15,8 @@ from sparseloom.core.errors import CompressionError
 
 if TYPE_CHECKING:
     import onnx
+
+    from sparseloom.core.protocols import Arrays
 
 #: The level passed to compressors that have no levels (``int8``, ``fp16``).
 NO_LEVEL = 0.0
@@ -49,6 +51,38 @@ def check_no_level(compressor: str, level: float) -> None:
             f"compressor {compressor!r} has no levels (default_levels is empty) and got "
             f"level {level!r}; pass level={NO_LEVEL}"
         )
+
+
+def check_calibration(compressor: str, subgraph: onnx.ModelProto,
+                      calibration: Sequence[Arrays]) -> list[dict[str, np.ndarray]]:
+    """``calibration`` as batches of exactly the subgraph's inputs in their dtypes.
+
+    :raises CompressionError: when there is no batch, or a batch lacks an input.
+    """
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    initializers = {init.name for init in subgraph.graph.initializer}
+    dtypes = {
+        i.name: tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+        for i in subgraph.graph.input if i.name not in initializers
+    }
+    names = list(dtypes)
+    if not calibration:
+        raise CompressionError(
+            f"compressor {compressor!r} needs calibration batches (inputs {names} of this "
+            f"subgraph, computed by the dense prefix) and got none; pass at least one batch"
+        )
+    batches = []
+    for number, batch in enumerate(calibration):
+        missing = [n for n in names if n not in batch]
+        if missing:
+            raise CompressionError(
+                f"compressor {compressor!r}: calibration batch {number} lacks subgraph inputs "
+                f"{missing} (it has {sorted(batch)}); pass batches of this subgraph's inputs"
+            )
+        # Boundaries are mostly float32, but token ids and masks stay integer tensors.
+        batches.append({n: np.ascontiguousarray(batch[n], dtype=dtypes[n]) for n in names})
+    return batches
 
 
 def _value_signature(values: Iterable[onnx.ValueInfoProto]) -> Signature:

@@ -18,7 +18,12 @@ import numpy as np
 
 from sparseloom.core.errors import CompressionError
 from sparseloom.core.types import as_tuple
-from sparseloom.plugins.compressors._common import check_boundaries, check_no_level, model_copy
+from sparseloom.plugins.compressors._common import (
+    check_boundaries,
+    check_calibration,
+    check_no_level,
+    model_copy,
+)
 from sparseloom.plugins.compressors._int8_sensitivity import keep_float
 from sparseloom.workload.arguments import number_field
 
@@ -40,34 +45,6 @@ def _quiet_quantizer() -> Iterator[None]:
         yield
     finally:
         root.setLevel(previous)
-
-
-def _check_calibration(compressor: str, subgraph: onnx.ModelProto,
-                       calibration: Sequence[Arrays]) -> list[dict[str, np.ndarray]]:
-    from onnx.helper import tensor_dtype_to_np_dtype
-
-    initializers = {init.name for init in subgraph.graph.initializer}
-    dtypes = {
-        i.name: tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
-        for i in subgraph.graph.input if i.name not in initializers
-    }
-    names = list(dtypes)
-    if not calibration:
-        raise CompressionError(
-            f"compressor {compressor!r} needs calibration batches (inputs {names} of this "
-            f"subgraph, computed by the dense prefix) and got none; pass at least one batch"
-        )
-    batches = []
-    for number, batch in enumerate(calibration):
-        missing = [n for n in names if n not in batch]
-        if missing:
-            raise CompressionError(
-                f"compressor {compressor!r}: calibration batch {number} lacks subgraph inputs "
-                f"{missing} (it has {sorted(batch)}); pass batches of this subgraph's inputs"
-            )
-        # Boundaries are mostly float32, but token ids and masks stay integer tensors.
-        batches.append({n: np.ascontiguousarray(batch[n], dtype=dtypes[n]) for n in names})
-    return batches
 
 
 def _rename_tensor(graph: onnx.GraphProto, old: str, new: str) -> None:
@@ -199,7 +176,7 @@ class Int8Quantizer:
         )
 
         check_no_level(self.kind, level)
-        batches = _check_calibration(self.kind, subgraph, calibration)
+        batches = check_calibration(self.kind, subgraph, calibration)
         batches = batches[: self.max_calibration_batches]
 
         class _Reader(CalibrationDataReader):

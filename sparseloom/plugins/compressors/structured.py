@@ -47,6 +47,7 @@ from sparseloom.plugins.compressors._channel_groups import (
 )
 from sparseloom.plugins.compressors._common import (
     check_boundaries,
+    check_calibration,
     check_fraction_level,
     model_copy,
     replace_initializer,
@@ -149,7 +150,9 @@ class StructuredPruner:
         pruned = model_copy(subgraph)
         constants_to_initializers(pruned)
         initial_groups, reasons = self.groups(pruned)
-        batches = list(calibration)[: self.max_calibration_batches]
+        batches = (check_calibration(self.kind, subgraph,
+                                     list(calibration)[: self.max_calibration_batches])
+                   if calibration else [])
         refit_rows = REFIT_ROWS if self.refit and batches else 0
         # The refit's target: every sink's input in the dense subgraph, on the same rows.
         dense_rows = _calibrate(pruned, [s for g in initial_groups for s in g.sinks], batches,
@@ -239,12 +242,6 @@ def _calibrate(
     sampled: dict[str, list[np.ndarray]] = {_sink_key(model, s): [] for s in sinks}
     quota = -(-sample_rows // max(1, len(calibration)))
     for batch_index, batch in enumerate(calibration):
-        missing = [n for n in feed_names if n not in batch]
-        if missing:
-            raise CompressionError(
-                f"compressor 'structured': a calibration batch lacks subgraph inputs {missing} "
-                f"(it has {sorted(batch)}); pass batches of this subgraph's inputs"
-            )
         values = session.run([n for n, _ in wanted], {n: batch[n] for n in feed_names})
         for (name, axis), value in zip(wanted, values, strict=True):
             rows = feature_rows(value.astype(np.float64), axis)

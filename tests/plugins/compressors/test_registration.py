@@ -9,7 +9,7 @@ from sparseloom.core.protocols import Compressor
 from sparseloom.core.registry import DEFAULT_PLUGINS, create_registry
 from sparseloom.plugins.compressors import NO_LEVEL
 
-KINDS = ("unstructured", "structured", "int8", "fp16")
+KINDS = ("unstructured", "structured", "lowrank", "int8", "fp16")
 
 
 def test_builtins_include_the_compressors() -> None:
@@ -28,7 +28,7 @@ def test_registered_with_kind_as_capability() -> None:
         assert compressor.kind == name
 
 
-@pytest.mark.parametrize("kind", ["unstructured", "structured"])
+@pytest.mark.parametrize("kind", ["unstructured", "structured", "lowrank"])
 @pytest.mark.parametrize("level", [0.0, 1.0, -0.2, 1.5, float("nan")])
 def test_fraction_levels_out_of_range(kind: str, level: float, cnn) -> None:
     compressor = create_registry(autoload=False, builtins=("sparseloom.plugins.compressors",)
