@@ -50,7 +50,7 @@ def sparseloom_register_compressors(register: RegisterFn) -> None:
         ("structured", StructuredPruner,
          "remove conv channels / FFN neurons inside a subgraph (shapes shrink)"),
         ("lowrank", LowRankFactoriser,
-         "factorise Gemm/MatMul weights in two by truncated SVD (whitened by calibration)"),
+         "factorise Gemm/MatMul/Conv weights in two by truncated SVD (whitened by calibration)"),
         ("int8", Int8Quantizer, "static INT8 QDQ quantization (per-channel weights, calibrated)"),
         ("fp16", Fp16Converter, "float16 weights and compute with float32 boundaries"),
     ):

@@ -1,16 +1,19 @@
-"""Low-rank factorisation: a large Gemm/MatMul weight ``W`` (K×N) becomes two thin ones.
+"""Low-rank factorisation: a large Gemm/MatMul/Conv weight ``W`` becomes two thin ones.
 
-``X @ W`` is replaced by ``(X @ A) @ B`` with ``A`` K×r and ``B`` r×N, from a truncated SVD,
-so the layer's multiply-adds and parameters fall from K·N to r·(K+N) per row. ``level`` is
-that fraction removed: r = ⌊(1 − level)·K·N / (K + N)⌋. No training: with calibration
-batches the SVD is *whitened* by the second moment of the layer's inputs on them, so the rank-r
-factor pair is the one closest to ``W`` on the inputs the layer actually sees
-(min ‖X·W − X·A·B‖, the closed form of SVD-LLM, Wang et al. 2024); without calibration it is
-the plain truncated SVD of ``W`` (min ‖W − A·B‖).
+``X @ W`` (W K×N) is replaced by ``(X @ A) @ B`` with ``A`` K×r and ``B`` r×N, from a
+truncated SVD, so the layer's multiply-adds and parameters fall from K·N to r·(K+N) per row.
+A Conv is the same product over its input patches (K = in-channels × kernel positions,
+N = out-channels): it becomes a Conv of the same kernel to r channels, then a 1×1 Conv to N
+that keeps the bias. ``level`` is the fraction removed: r = ⌊(1 − level)·K·N / (K + N)⌋. No
+training: with calibration batches the SVD is *whitened* by the second moment of the layer's
+inputs on them, so the rank-r factor pair is the one closest to ``W`` on the inputs the layer
+actually sees (min ‖X·W − X·A·B‖, the closed form of SVD-LLM, Wang et al. 2024); without
+calibration it is the plain truncated SVD of ``W`` (min ‖W − A·B‖).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -25,15 +28,20 @@ from sparseloom.plugins.compressors._common import (
     check_fraction_level,
     model_copy,
 )
+from sparseloom.plugins.compressors._sink_fit import REFIT_ROWS, conv_patches, sink_matrix
 
 if TYPE_CHECKING:
     import onnx
 
     from sparseloom.core.protocols import Arrays
 
-#: The smallest K and N a weight needs to be factorised: below it a layer's two thin matrix
-#: products cost more in call overhead than the smaller one saves (a 10-class head).
+#: The smallest K and N a weight needs to be factorised: below it a layer's two thin products
+#: cost more in call overhead than the smaller one saves (a 10-class head, a 16-channel stem).
 MIN_DIM = 32
+#: A Conv's rank is rounded down to a multiple of this: ORT's and oneDNN's blocked Conv kernels
+#: work on 8/16 channels, and a Conv to 36 channels ran slower than one to 48 (structured
+#: pruning, docs/compressors.md).
+CONV_RANK_MULTIPLE = 8
 #: Ridge added to the inputs' second-moment matrix, relative to its mean diagonal, so the
 #: whitening is defined where the calibration inputs never vary (a dead feature).
 RIDGE = 1e-4
@@ -41,19 +49,32 @@ RIDGE = 1e-4
 
 @attrs.frozen
 class Target:
-    """One factorisable layer: ``nodes[index]`` multiplies input ``source`` by ``weight``."""
+    """One factorisable layer: ``nodes[index]`` (``op``) multiplies input ``source`` by
+    ``weight``; ``transposed``: a Gemm with transB = 1, whose initializer holds Wᵀ."""
 
     index: int
+    op: str
     source: str
     weight: str
-    transposed: bool  # a Gemm with transB = 1: the initializer holds Wᵀ (N×K)
+    transposed: bool = False
+
+
+def _eligible(node: onnx.NodeProto, init: onnx.TensorProto | None, uses: int) -> bool:
+    import onnx
+
+    if init is None or init.data_type != onnx.TensorProto.FLOAT or uses != 1:
+        return False
+    dims = [int(d) for d in init.dims]
+    if node.op_type == "Conv":
+        return (len(dims) >= 3 and attr(node, "group", 1) == 1 and dims[0] >= MIN_DIM
+                and math.prod(dims[1:]) >= MIN_DIM)
+    return len(dims) == 2 and min(dims) >= MIN_DIM
 
 
 def _targets(model: onnx.ModelProto) -> list[Target]:
-    """The Gemm (transA = 0) and MatMul layers whose second operand is a float32 2-D
-    initializer of at least :data:`MIN_DIM` rows and columns, used by that node alone."""
-    import onnx
-
+    """The MatMul layers with a constant second operand, the Gemm layers (transA = 0) and the
+    group-1 Conv layers whose float32 weight is at least :data:`MIN_DIM` in K and N and is
+    used by that node alone."""
     by_name = {init.name: init for init in model.graph.initializer}
     uses: dict[str, int] = {}
     for node in model.graph.node:
@@ -61,16 +82,12 @@ def _targets(model: onnx.ModelProto) -> list[Target]:
             uses[name] = uses.get(name, 0) + 1
     found = []
     for index, node in enumerate(model.graph.node):
-        if node.op_type not in ("Gemm", "MatMul") or len(node.input) < 2:
+        if (node.op_type not in ("Gemm", "MatMul", "Conv") or len(node.input) < 2
+                or (node.op_type == "Gemm" and attr(node, "transA", 0))):
             continue
-        if node.op_type == "Gemm" and attr(node, "transA", 0):
-            continue
-        init = by_name.get(node.input[1])
-        if (init is None or init.data_type != onnx.TensorProto.FLOAT or len(init.dims) != 2
-                or min(init.dims) < MIN_DIM or uses[init.name] != 1):
-            continue
-        found.append(Target(index, node.input[0], init.name,
-                            node.op_type == "Gemm" and bool(attr(node, "transB", 0))))
+        if _eligible(node, by_name.get(node.input[1]), uses[node.input[1]]):
+            found.append(Target(index, node.op_type, node.input[0], node.input[1],
+                                node.op_type == "Gemm" and bool(attr(node, "transB", 0))))
     return found
 
 
@@ -79,31 +96,53 @@ def rank_for(rows: int, columns: int, level: float) -> int:
     return int((1.0 - level) * rows * columns // (rows + columns))
 
 
-def _second_moments(model: onnx.ModelProto, sources: Sequence[str],
+def _matrix(target: Target, node: onnx.NodeProto, weight: np.ndarray) -> np.ndarray:
+    """The layer's weight as the (K, N) matrix its inputs' rows are multiplied by."""
+    if target.op == "Conv":
+        return sink_matrix(node, weight, 0)
+    return weight.T if target.transposed else weight
+
+
+def _rows(target: Target, node: onnx.NodeProto, kernel: Sequence[int], value: np.ndarray,
+          count: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of the layer's input as its weight matrix reads them: feature vectors (last axis)
+    of a Gemm/MatMul input, about ``count`` sampled input patches of a Conv."""
+    if target.op == "Conv":
+        return conv_patches(node, kernel, value, count, rng)
+    return np.asarray(value, dtype=np.float64).reshape(-1, value.shape[-1])
+
+
+def _second_moments(model: onnx.ModelProto, targets: Sequence[Target],
                     batches: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per tensor in ``sources``: E[x xᵀ] over its rows (last axis = features) on ``batches``
-    (ONNX Runtime CPU, float64 sums)."""
+    """Per target (keyed by its weight): E[x xᵀ] over the rows its weight reads on
+    ``batches`` (ONNX Runtime CPU, float64 sums; a Conv's patches sampled, about
+    :data:`~sparseloom.plugins.compressors._sink_fit.REFIT_ROWS` in all)."""
     import onnx
     import onnxruntime as ort
 
     probe = model_copy(model)
     del probe.graph.value_info[:]
     known = {o.name for o in probe.graph.output}
-    wanted = sorted(set(sources))
+    wanted = sorted({t.source for t in targets})
     probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
                               for n in wanted if n not in known)
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(probe.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
+    kernels = {init.name: [int(d) for d in init.dims[2:]] for init in model.graph.initializer}
+    quota = -(-REFIT_ROWS // max(1, len(batches)))
     sums: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
-    for batch in batches:
-        for name, value in zip(wanted, session.run(wanted, batch), strict=True):
-            rows = np.asarray(value, dtype=np.float64).reshape(-1, value.shape[-1])
-            sums[name] = sums.get(name, 0.0) + rows.T @ rows
-            counts[name] = counts.get(name, 0) + rows.shape[0]
-    return {name: sums[name] / max(1, counts[name]) for name in wanted}
+    for batch_index, batch in enumerate(batches):
+        values = dict(zip(wanted, session.run(wanted, batch), strict=True))
+        for target in targets:
+            rows = _rows(target, model.graph.node[target.index], kernels[target.weight],
+                         values[target.source], quota,
+                         np.random.default_rng([batch_index, target.index]))
+            sums[target.weight] = sums.get(target.weight, 0.0) + rows.T @ rows
+            counts[target.weight] = counts.get(target.weight, 0) + rows.shape[0]
+    return {name: total / max(1, counts[name]) for name, total in sums.items()}
 
 
 def factorise(weight: np.ndarray, rank: int, moment: np.ndarray | None = None
@@ -123,40 +162,81 @@ def factorise(weight: np.ndarray, rank: int, moment: np.ndarray | None = None
     return left.astype(np.float32), vt[:rank].astype(np.float32)
 
 
+def _rank(target: Target, rows: int, columns: int, level: float) -> int:
+    rank = max(1, rank_for(rows, columns, level))
+    if target.op == "Conv" and rank >= CONV_RANK_MULTIPLE:
+        rank -= rank % CONV_RANK_MULTIPLE
+    return rank
+
+
+def _factor_nodes(target: Target, node: onnx.NodeProto, weight_dims: Sequence[int],
+                  left: np.ndarray, right: np.ndarray
+                  ) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """The two nodes and two initializers that replace ``node``: the first reads the layer's
+    input into ``rank`` features, the second (``node`` itself, rewired) maps them out."""
+    from onnx import helper, numpy_helper
+
+    rank = left.shape[1]
+    names = (f"{target.weight}/lowrank_a", f"{target.weight}/lowrank_b")
+    thin = f"{node.output[0]}/lowrank"
+    second = _copy_node(node)
+    second.input[0], second.input[1] = thin, names[1]
+    if target.op == "Conv":
+        # The first Conv keeps the kernel, strides, pads and dilations; the second is 1×1.
+        first_weight = np.moveaxis(left.reshape(*weight_dims[1:], rank), -1, 0)
+        second_weight = right.T.reshape(weight_dims[0], rank, *[1] * (len(weight_dims) - 2))
+        first = _copy_node(node)
+        first.input[:] = [target.source, names[0]]
+        first.output[:] = [thin]
+        del second.attribute[:]
+        second.attribute.append(helper.make_attribute("kernel_shape",
+                                                      [1] * (len(weight_dims) - 2)))
+    else:
+        first_weight, second_weight = left, right
+        first = helper.make_node("MatMul", [target.source, names[0]], [thin])
+        for attribute in second.attribute:
+            if attribute.name == "transB":
+                attribute.i = 0
+    first.name = f"{node.name or target.weight}/lowrank_a"
+    inits = [numpy_helper.from_array(np.ascontiguousarray(array, dtype=np.float32), name)
+             for array, name in zip((first_weight, second_weight), names, strict=True)]
+    return [first, second], inits
+
+
 @attrs.define(eq=False)
 class LowRankFactoriser:
-    """Truncated-SVD factorisation of Gemm and MatMul weights (see the module docstring).
+    """Truncated-SVD factorisation of Gemm, MatMul and Conv weights (the module docstring).
 
-    Every layer of the subgraph whose weight is at least :data:`MIN_DIM` × :data:`MIN_DIM`
-    is factorised at the same ``level``; Conv layers, embedding tables and a weight shared by
-    two nodes are left as they are. Calibration batches are optional (whitening).
+    Every layer found by :func:`_targets` is factorised at the same ``level``; depthwise and
+    grouped Convs, embedding tables and a weight shared by two nodes are left as they are.
+    Calibration batches are optional (they whiten the SVD).
     """
 
     kind: str = attrs.field(default="lowrank", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(0.25, 0.5), init=False)
 
     def prunable(self, subgraph: onnx.ModelProto) -> bool:
-        """Whether ``subgraph`` holds a Gemm/MatMul weight large enough to factorise."""
+        """Whether ``subgraph`` holds a Gemm/MatMul/Conv weight large enough to factorise."""
         return bool(_targets(subgraph))
 
     def compress(
         self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays] = ()
     ) -> onnx.ModelProto:
-        """A copy of ``subgraph`` with each large Gemm/MatMul weight split in two factors.
+        """A copy of ``subgraph`` with each large Gemm/MatMul/Conv weight split in two factors.
 
         :raises CompressionError: if ``level`` is not in (0, 1), a calibration batch lacks an
             input of the subgraph, or no layer is large enough (see :meth:`prunable`).
         """
-        from onnx import helper, numpy_helper
+        from onnx import numpy_helper
 
         fraction = check_fraction_level(self.kind, level)
         targets = _targets(subgraph)
         if not targets:
             raise CompressionError(
                 f"compressor {self.kind!r}: the subgraph {subgraph.graph.name!r} has no "
-                f"Gemm/MatMul weight of at least {MIN_DIM}×{MIN_DIM} to factorise; skip this "
-                f"position (see prunable())")
-        moments = (_second_moments(subgraph, [t.source for t in targets],
+                f"Gemm/MatMul/Conv weight of at least {MIN_DIM} inputs and {MIN_DIM} outputs "
+                f"to factorise; skip this position (see prunable())")
+        moments = (_second_moments(subgraph, targets,
                                    check_calibration(self.kind, subgraph, calibration))
                    if calibration else {})
         model = model_copy(subgraph)
@@ -164,25 +244,15 @@ class LowRankFactoriser:
         nodes = list(model.graph.node)
         for target in reversed(targets):  # later indices first: insertions keep earlier ones
             node = nodes[target.index]
-            weight = numpy_helper.to_array(inits[target.weight])
-            weight = weight.T if target.transposed else weight
-            rank = max(1, rank_for(weight.shape[0], weight.shape[1], fraction))
-            left, right = factorise(weight, rank, moments.get(target.source))
-            model.graph.initializer.remove(inits[target.weight])
-            names = (f"{target.weight}/lowrank_a", f"{target.weight}/lowrank_b")
-            model.graph.initializer.extend(numpy_helper.from_array(array, name)
-                                           for array, name in zip((left, right), names,
-                                                                  strict=True))
-            thin = f"{node.output[0]}/lowrank"
-            first = helper.make_node("MatMul", [target.source, names[0]], [thin],
-                                     name=f"{node.name or target.weight}/lowrank_a")
-            second = _copy_node(node)
-            second.input[0], second.input[1] = thin, names[1]
-            if target.transposed:
-                for attribute in second.attribute:
-                    if attribute.name == "transB":
-                        attribute.i = 0
-            nodes[target.index:target.index + 1] = [first, second]
+            init = inits[target.weight]
+            matrix = _matrix(target, node, numpy_helper.to_array(init))
+            rank = _rank(target, matrix.shape[0], matrix.shape[1], fraction)
+            left, right = factorise(matrix, rank, moments.get(target.weight))
+            replacement, factors = _factor_nodes(target, node, [int(d) for d in init.dims],
+                                                 left, right)
+            model.graph.initializer.remove(init)
+            model.graph.initializer.extend(factors)
+            nodes[target.index:target.index + 1] = replacement
         del model.graph.node[:]
         model.graph.node.extend(nodes)
         check_boundaries(self.kind, subgraph, model)
