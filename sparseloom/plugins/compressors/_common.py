@@ -187,3 +187,8 @@ def model_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return copy
+
+
+def note(model: onnx.ModelProto, text: str) -> None:
+    """Append ``text`` to the model's doc string (what the zoo's ``show`` prints of it)."""
+    model.doc_string = f"{model.doc_string}\n{text}".strip()

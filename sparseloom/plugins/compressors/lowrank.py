@@ -27,8 +27,11 @@ from sparseloom.plugins.compressors._common import (
     check_calibration,
     check_fraction_level,
     model_copy,
+    note,
 )
+from sparseloom.plugins.compressors._sensitivity import keep_float
 from sparseloom.plugins.compressors._sink_fit import REFIT_ROWS, conv_patches, sink_matrix
+from sparseloom.workload.arguments import number_field
 
 if TYPE_CHECKING:
     import onnx
@@ -42,6 +45,13 @@ MIN_DIM = 32
 #: work on 8/16 channels, and a Conv to 36 channels ran slower than one to 48 (structured
 #: pruning, docs/compressors.md).
 CONV_RANK_MULTIPLE = 8
+#: The default ``max_error``: the subgraph output error (relative L2 against dense, on
+#: calibration batches) above which the most sensitive layers stay dense. Measured per piece of
+#: the default tasks (S = 2, all layers factorised, 2026-12-04, AMD EPYC), error at 0.25 / 0.5
+#: and held-out drop at 0.5: `speech` position 0 0.57 / 0.75, 48.6 points; `sentiment` position 1
+#: 0.27 / 0.51, 6.0 points; `vision` position 1 0.03 / 0.12, 0.67 points; `sentiment` position
+#: 0 0.001, 0 points. The same bound as INT8's.
+MAX_ERROR = 0.1
 #: Ridge added to the inputs' second-moment matrix, relative to its mean diagonal, so the
 #: whitening is defined where the calibration inputs never vary (a dead feature).
 RIDGE = 1e-4
@@ -209,9 +219,23 @@ class LowRankFactoriser:
 
     Every layer found by :func:`_targets` is factorised at the same ``level``; depthwise and
     grouped Convs, embedding tables and a weight shared by two nodes are left as they are.
-    Calibration batches are optional (they whiten the SVD).
+    Calibration batches are optional: they whiten the SVD and, with ``max_error``, keep the
+    most sensitive layers dense (the search INT8 uses,
+    :func:`~sparseloom.plugins.compressors._sensitivity.keep_float`): ``speech``'s DFT front
+    end factorised lost 48 points at 0.5.
+
+    :param max_error: the relative L2 error of the subgraph's outputs against dense, on the
+        first ``error_batches`` calibration batches, above which its most sensitive layers
+        stay dense; ``None``: every layer factorised.
+    :param max_dense_share: at most this share of the layers stays dense.
+    :param error_batches: calibration batches the output error is measured on.
     """
 
+    max_error: float | None = attrs.field(
+        default=MAX_ERROR, validator=number_field(low=0, low_open=True, optional=True))
+    max_dense_share: float = attrs.field(
+        default=0.5, validator=number_field(low=0, low_open=True, high=1))
+    error_batches: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     kind: str = attrs.field(default="lowrank", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(0.25, 0.5), init=False)
 
@@ -222,7 +246,8 @@ class LowRankFactoriser:
     def compress(
         self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays] = ()
     ) -> onnx.ModelProto:
-        """A copy of ``subgraph`` with each large Gemm/MatMul/Conv weight split in two factors.
+        """A copy of ``subgraph`` with each large Gemm/MatMul/Conv weight split in two factors
+        (but the most sensitive ones, see ``max_error``).
 
         :raises CompressionError: if ``level`` is not in (0, 1), a calibration batch lacks an
             input of the subgraph, or no layer is large enough (see :meth:`prunable`).
@@ -236,27 +261,53 @@ class LowRankFactoriser:
                 f"compressor {self.kind!r}: the subgraph {subgraph.graph.name!r} has no "
                 f"Gemm/MatMul/Conv weight of at least {MIN_DIM} inputs and {MIN_DIM} outputs "
                 f"to factorise; skip this position (see prunable())")
-        moments = (_second_moments(subgraph, targets,
-                                   check_calibration(self.kind, subgraph, calibration))
-                   if calibration else {})
-        model = model_copy(subgraph)
-        inits = {init.name: init for init in model.graph.initializer}
-        nodes = list(model.graph.node)
-        for target in reversed(targets):  # later indices first: insertions keep earlier ones
-            node = nodes[target.index]
-            init = inits[target.weight]
-            matrix = _matrix(target, node, numpy_helper.to_array(init))
-            rank = _rank(target, matrix.shape[0], matrix.shape[1], fraction)
-            left, right = factorise(matrix, rank, moments.get(target.weight))
-            replacement, factors = _factor_nodes(target, node, [int(d) for d in init.dims],
-                                                 left, right)
-            model.graph.initializer.remove(init)
-            model.graph.initializer.extend(factors)
-            nodes[target.index:target.index + 1] = replacement
-        del model.graph.node[:]
-        model.graph.node.extend(nodes)
+        batches = check_calibration(self.kind, subgraph, calibration) if calibration else []
+        moments = _second_moments(subgraph, targets, batches) if batches else {}
+        inits = {init.name: init for init in subgraph.graph.initializer}
+        factors = {}
+        for target in targets:
+            matrix = _matrix(target, subgraph.graph.node[target.index],
+                             numpy_helper.to_array(inits[target.weight]))
+            factors[target.weight] = factorise(
+                matrix, _rank(target, matrix.shape[0], matrix.shape[1], fraction),
+                moments.get(target.weight))
+
+        def factorised(dense: Sequence[str], probe: bool = False) -> onnx.ModelProto:
+            """``subgraph`` with every target but those in ``dense`` factorised."""
+            return _rewrite(subgraph, [t for t in targets if t.weight not in dense], factors)
+
+        names = [t.weight for t in targets]
+        if self.max_error is None or not batches:
+            model = factorised(())
+        else:
+            mixed = keep_float(subgraph, factorised, names, batches[: self.error_batches],
+                               self.max_error, self.max_dense_share,
+                               alone=lambda name: factorised([n for n in names if n != name]))
+            model = mixed.model
+            if mixed.float_nodes:
+                note(model, f"dense layers (lowrank-{fraction:g} output error "
+                            f"{mixed.error_all_compressed:.3g} → {mixed.error:.3g}): "
+                            f"{', '.join(mixed.float_nodes)}")
         check_boundaries(self.kind, subgraph, model)
         return model
+
+
+def _rewrite(subgraph: onnx.ModelProto, targets: Sequence[Target],
+             factors: dict[str, tuple[np.ndarray, np.ndarray]]) -> onnx.ModelProto:
+    """A copy of ``subgraph`` with each of ``targets`` replaced by its two ``factors``."""
+    model = model_copy(subgraph)
+    inits = {init.name: init for init in model.graph.initializer}
+    nodes = list(model.graph.node)
+    for target in sorted(targets, key=lambda t: -t.index):  # later first: indices stay valid
+        init = inits[target.weight]
+        replacement, pair = _factor_nodes(target, nodes[target.index],
+                                          [int(d) for d in init.dims], *factors[target.weight])
+        model.graph.initializer.remove(init)
+        model.graph.initializer.extend(pair)
+        nodes[target.index:target.index + 1] = replacement
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
 
 
 def _copy_node(node: onnx.NodeProto) -> onnx.NodeProto:

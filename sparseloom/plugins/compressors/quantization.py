@@ -23,8 +23,9 @@ from sparseloom.plugins.compressors._common import (
     check_calibration,
     check_no_level,
     model_copy,
+    note,
 )
-from sparseloom.plugins.compressors._int8_sensitivity import keep_float
+from sparseloom.plugins.compressors._sensitivity import keep_float
 from sparseloom.workload.arguments import number_field
 
 if TYPE_CHECKING:
@@ -88,11 +89,6 @@ def _name_layers(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
     return names
 
 
-def _note(model: onnx.ModelProto, text: str) -> None:
-    """Append ``text`` to the model's doc string (what the zoo's ``show`` prints of it)."""
-    model.doc_string = f"{model.doc_string}\n{text}".strip()
-
-
 @attrs.define(eq=False)
 class Int8Quantizer:
     """Static INT8 quantization in QDQ form with ONNX Runtime's quantizer.
@@ -120,7 +116,7 @@ class Int8Quantizer:
     :param max_calibration_batches: calibration batches used.
     :param max_error: the relative L2 error of the subgraph's outputs against float32, on the
         first ``error_batches`` calibration batches, above which its most sensitive layers stay
-        float32 (:mod:`~sparseloom.plugins.compressors._int8_sensitivity`); ``None``: every
+        float32 (:mod:`~sparseloom.plugins.compressors._sensitivity`); ``None``: every
         layer INT8.
     :param max_float_share: at most this share of the layers stays float32.
     :param error_batches: calibration batches the output error is measured on (and the INT8
@@ -230,8 +226,8 @@ class Int8Quantizer:
                                    self.max_float_share)
                 quantized = mixed.model
                 if mixed.float_nodes:
-                    _note(quantized, f"float32 layers (INT8 output error "
-                                     f"{mixed.error_all_int8:.3g} → {mixed.error:.3g}): "
+                    note(quantized, f"float32 layers (INT8 output error "
+                                     f"{mixed.error_all_compressed:.3g} → {mixed.error:.3g}): "
                                      f"{', '.join(mixed.float_nodes)}")
         _restore_boundary_names(subgraph, quantized)
         check_boundaries(self.kind, subgraph, quantized)

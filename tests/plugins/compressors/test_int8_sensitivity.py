@@ -9,7 +9,7 @@ import onnx
 from onnx import helper
 
 from sparseloom.plugins.compressors import Int8Quantizer, boundary_signature
-from sparseloom.plugins.compressors._int8_sensitivity import _outputs, only_layer, output_error
+from sparseloom.plugins.compressors._sensitivity import _outputs, only_layer, output_error
 from tests.plugins.compressors.models import graph_model as _model
 from tests.plugins.compressors.models import initializer as _init
 from tests.plugins.compressors.models import run_chain

@@ -56,7 +56,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 def test_factors_have_the_level_s_rank_and_the_boundaries_stay(trans_b: bool) -> None:
     dense = _mlp(trans_b)
     calibration = [{"x": _inputs(128, seed=1)}]
-    factored = LowRankFactoriser().compress(dense, 0.5, calibration)
+    factored = LowRankFactoriser(max_error=None).compress(dense, 0.5, calibration)
     onnx.checker.check_model(factored)
     assert boundary_signature(factored) == boundary_signature(dense)
     shapes = _shapes(factored)
@@ -88,7 +88,8 @@ def test_whitening_fits_the_inputs_the_layer_sees() -> None:
                    (64,), (96,))
     held_out = _inputs(256, seed=2)  # not the calibration draws
     plain = LowRankFactoriser().compress(dense, 0.75)
-    whitened = LowRankFactoriser().compress(dense, 0.75, [{"x": _inputs(256, seed=1)}])
+    whitened = LowRankFactoriser(max_error=None).compress(dense, 0.75,
+                                                          [{"x": _inputs(256, seed=1)}])
     assert _error(whitened, dense, held_out) < 0.5 * _error(plain, dense, held_out)
     assert _error(whitened, dense, held_out) < 0.05
 
@@ -136,7 +137,8 @@ def _images(count: int, seed: int) -> np.ndarray:
 
 def test_a_conv_becomes_a_thin_conv_and_a_pointwise_one() -> None:
     dense = _convnet()
-    factored = LowRankFactoriser().compress(dense, 0.5, [{"x": _images(16, seed=1)}])
+    factored = LowRankFactoriser(max_error=None).compress(dense, 0.5,
+                                                          [{"x": _images(16, seed=1)}])
     onnx.checker.check_model(factored)
     assert boundary_signature(factored) == boundary_signature(dense)
     rank = rank_for(72, 64, 0.5) // 8 * 8  # 16: rounded down to a multiple of 8
@@ -177,7 +179,8 @@ def test_whitening_fits_the_patches_a_conv_sees() -> None:
 
     held_out = along_one_direction(32, seed=4)
     plain = LowRankFactoriser().compress(dense, 0.5)  # rank 16 of 64
-    whitened = LowRankFactoriser().compress(dense, 0.5, [{"x": along_one_direction(32, 3)}])
+    whitened = LowRankFactoriser(max_error=None).compress(
+        dense, 0.5, [{"x": along_one_direction(32, 3)}])
     assert _error(whitened, dense, held_out) < 0.5 * _error(plain, dense, held_out)
     assert _error(whitened, dense, held_out) < 0.01
 
@@ -189,6 +192,25 @@ def test_mild_factorisation_keeps_the_cnn_s_accuracy(cnn) -> None:
         if factoriser.prunable(cnn.parts[position]):
             factored = factoriser.compress(cnn.parts[position], 0.25, cnn.calibration[position])
             assert accuracy(cnn.with_part(position, factored), cnn.trained) >= dense - 0.02
+
+
+def test_the_layer_that_breaks_the_output_stays_dense() -> None:
+    rng = np.random.default_rng(13)
+    orthogonal = np.linalg.qr(rng.normal(size=(64, 64)))[0]  # flat spectrum: any cut hurts
+    low = rng.normal(size=(64, 8)) @ rng.normal(size=(8, 64)) / 8  # rank 8: factorises exactly
+    dense = _model([helper.make_node("MatMul", ["x", "w_flat"], ["h"]),
+                    helper.make_node("MatMul", ["h", "w_low"], ["y"])],
+                   [_init("w_flat", orthogonal), _init("w_low", low)], (64,), (64,))
+    x = np.random.default_rng(14).normal(size=(256, 64)).astype(np.float32)
+    batches = [{"x": x[i:i + 64]} for i in range(0, 256, 64)]
+    everything = LowRankFactoriser(max_error=None).compress(dense, 0.5, batches)
+    assert _error(everything, dense, x) > 0.5
+    guarded = LowRankFactoriser().compress(dense, 0.5, batches)
+    shapes = _shapes(guarded)
+    assert shapes["w_flat"] == (64, 64) and shapes["w_low/lowrank_a"] == (64, 16)
+    assert _error(guarded, dense, x) < 1e-3
+    assert "dense layers (lowrank-0.5 output error" in guarded.doc_string
+    assert guarded.doc_string.endswith(": w_flat")
 
 
 def test_nothing_to_factorise_is_an_error_not_the_dense_graph() -> None:

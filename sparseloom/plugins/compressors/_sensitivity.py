@@ -1,4 +1,6 @@
-"""Which layers of a subgraph stay float32 when INT8 costs too much accuracy.
+"""Which layers of a subgraph stay float32 when compressing them costs too much accuracy.
+
+Written for INT8 (below); ``lowrank`` uses the same search with its own per-layer probe.
 
 Quantizing every Conv/Gemm/MatMul of a subgraph can wreck it where one layer is fragile: the
 ``speech`` task's front end (a DFT written as a strided Conv, then a mel MatMul, then a log)
@@ -31,12 +33,13 @@ Quantize = Callable[[Sequence[str], bool], "onnx.ModelProto"]
 
 @attrs.frozen
 class Mixed:
-    """The quantized subgraph chosen, the layers left in float32, and its output error."""
+    """The compressed subgraph chosen, the layers left float32 (uncompressed), its output error
+    and the error with every layer compressed."""
 
     model: onnx.ModelProto
     float_nodes: tuple[str, ...]
     error: float
-    error_all_int8: float
+    error_all_compressed: float
 
 
 def _outputs(model: onnx.ModelProto, batches: Sequence[Mapping[str, np.ndarray]]
@@ -130,7 +133,8 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 def keep_float(dense: onnx.ModelProto, quantize: Quantize, nodes: Sequence[str],
                batches: Sequence[Mapping[str, np.ndarray]], max_error: float,
-               max_float_share: float) -> Mixed:
+               max_float_share: float,
+               alone: Callable[[str], onnx.ModelProto] | None = None) -> Mixed:
     """The INT8 subgraph with the fewest float32 layers whose output error is at most
     ``max_error``, leaving at most ``max_float_share`` of ``nodes`` in float32 (the most
     accurate one found, when no such share is enough).
@@ -140,14 +144,17 @@ def keep_float(dense: onnx.ModelProto, quantize: Quantize, nodes: Sequence[str],
         (a search step, not the model returned).
     :param nodes: the names of the layers ``quantize`` would quantize.
     :param batches: the calibration batches the errors are measured on.
+    :param alone: ``alone(name)`` → the subgraph with only layer ``name`` compressed, to rank
+        the layers; default: that layer's INT8 weights and ranges from the quantized
+        subgraph (:func:`only_layer`). Other compressors (``lowrank``) pass their own.
     """
     reference = _outputs(dense, batches)
     every = quantize((), False)
     first = output_error(reference, every, batches)
     if first <= max_error or not nodes:
         return Mixed(every, (), first, first)
-    own = {name: output_error(reference, only_layer(dense, every, name), batches)
-           for name in nodes}
+    one = alone or (lambda name: only_layer(dense, every, name))
+    own = {name: output_error(reference, one(name), batches) for name in nodes}
     order = sorted(nodes, key=lambda name: -own[name])
     cap = max(1, math.floor(max_float_share * len(nodes)))
     # The error falls as more of the most sensitive layers stay float: bisect the fewest.
