@@ -52,6 +52,10 @@ CONV_RANK_MULTIPLE = 8
 #: 0.27 / 0.51, 6.0 points; `vision` position 1 0.03 / 0.12, 0.67 points; `sentiment` position
 #: 0 0.001, 0 points. The same bound as INT8's.
 MAX_ERROR = 0.1
+#: Raised whenever :class:`LowRankFactoriser` gives another output for the same options (part
+#: of the zoo's cache key, with the resolved ``max_error``). 1: Gemm/MatMul/Conv, whitened,
+#: sensitive layers dense.
+REVISION = 1
 #: Ridge added to the inputs' second-moment matrix, relative to its mean diagonal, so the
 #: whitening is defined where the calibration inputs never vary (a dead feature).
 RIDGE = 1e-4
@@ -238,6 +242,13 @@ class LowRankFactoriser:
     error_batches: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     kind: str = attrs.field(default="lowrank", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(0.25, 0.5), init=False)
+
+    def cache_key(self) -> dict[str, object]:
+        """What its output depends on beyond the options a workload file gives, for the zoo's
+        cache key: :data:`REVISION` and the resolved sensitivity settings, so a zoo built
+        under other defaults is rebuilt rather than reused."""
+        return {"revision": REVISION, "max_error": self.max_error,
+                "max_dense_share": self.max_dense_share, "error_batches": self.error_batches}
 
     def prunable(self, subgraph: onnx.ModelProto) -> bool:
         """Whether ``subgraph`` holds a Gemm/MatMul/Conv weight large enough to factorise."""

@@ -230,3 +230,11 @@ def test_the_input_model_is_not_modified() -> None:
     LowRankFactoriser().compress(dense, 0.5, [{"x": _inputs(64, seed=1)}])
     assert dense.SerializeToString() == before
     assert numpy_helper.to_array(dense.graph.initializer[0]).shape == (96, 64)
+
+
+def test_the_zoo_cache_key_follows_the_sensitivity_settings() -> None:
+    from sparseloom.zoo.options import compressor_cache_key
+
+    default = compressor_cache_key(LowRankFactoriser, {})
+    assert default is not None and default["max_error"] == 0.1
+    assert compressor_cache_key(LowRankFactoriser, {"max_error": None}) != default
