@@ -15,6 +15,7 @@ from sparseloom.core.errors import CompressionError
 
 if TYPE_CHECKING:
     import onnx
+    import onnxruntime
 
     from sparseloom.core.protocols import Arrays
 
@@ -192,3 +193,24 @@ def model_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 def note(model: onnx.ModelProto, text: str) -> None:
     """Append ``text`` to the model's doc string (what the zoo's ``show`` prints of it)."""
     model.doc_string = f"{model.doc_string}\n{text}".strip()
+
+
+def probe_session(model: onnx.ModelProto, tensors: Iterable[str]
+                  ) -> onnxruntime.InferenceSession:
+    """An ONNX Runtime CPU session of a copy of ``model`` that also outputs the float
+    ``tensors`` (intermediate activations), graph optimizations off so every tensor is
+    computed as the graph writes it; stale ``value_info`` (shapes before a slice) dropped."""
+    import onnx
+    import onnxruntime as ort
+
+    probe = model_copy(model)
+    del probe.graph.value_info[:]
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(
+        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+        for name in tensors if name not in known)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(probe.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])

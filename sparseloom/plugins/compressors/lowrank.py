@@ -28,6 +28,7 @@ from sparseloom.plugins.compressors._common import (
     check_fraction_level,
     model_copy,
     note,
+    probe_session,
 )
 from sparseloom.plugins.compressors._sensitivity import keep_float
 from sparseloom.plugins.compressors._sink_fit import REFIT_ROWS, conv_patches, sink_matrix
@@ -131,19 +132,8 @@ def _second_moments(model: onnx.ModelProto, targets: Sequence[Target],
     """Per target (keyed by its weight): E[x xᵀ] over the rows its weight reads on
     ``batches`` (ONNX Runtime CPU, float64 sums; a Conv's patches sampled, about
     :data:`~sparseloom.plugins.compressors._sink_fit.REFIT_ROWS` in all)."""
-    import onnx
-    import onnxruntime as ort
-
-    probe = model_copy(model)
-    del probe.graph.value_info[:]
-    known = {o.name for o in probe.graph.output}
     wanted = sorted({t.source for t in targets})
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                              for n in wanted if n not in known)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = probe_session(model, wanted)
     kernels = {init.name: [int(d) for d in init.dims[2:]] for init in model.graph.initializer}
     quota = -(-REFIT_ROWS // max(1, len(batches)))
     sums: dict[str, np.ndarray] = {}

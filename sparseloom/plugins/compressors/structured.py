@@ -50,6 +50,7 @@ from sparseloom.plugins.compressors._common import (
     check_calibration,
     check_fraction_level,
     model_copy,
+    probe_session,
     replace_initializer,
 )
 from sparseloom.plugins.compressors._sink_fit import (
@@ -221,22 +222,8 @@ def _calibrate(
     Rows are drawn per batch with a seed made of the batch's index and the sink's key, so two
     models with the same tensor shapes (dense and pruned) give the same positions.
     """
-    import onnx
-    import onnxruntime as ort
-
-    instrumented = model_copy(model)
-    del instrumented.graph.value_info[:]  # stale once earlier groups were sliced
     wanted = sorted({s.tensor: s.axis for s in sinks}.items())
-    known = {o.name for o in instrumented.graph.output}
-    instrumented.graph.output.extend(
-        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-        for name, _ in wanted if name not in known
-    )
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(
-        instrumented.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = probe_session(model, [name for name, _ in wanted])
     feed_names = [i.name for i in session.get_inputs()]
     sums: dict[str, list[np.ndarray]] = {}
     sampled: dict[str, list[np.ndarray]] = {_sink_key(model, s): [] for s in sinks}
