@@ -226,23 +226,26 @@ DEMO_MEMORY_BUDGET = "0.5"
 
 def demo_processors(workload: str, given: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     """The processors the demo profiles and serves on, and why: those ``given``; else the
-    workload's own; else the default set, its OpenVINO CPU processor in the precision
-    OpenVINO itself picks for this CPU (its default ``INFERENCE_PRECISION_HINT``: bf16 on a
-    CPU with AMX or AVX512-BF16, where its accuracy is measured as served,
-    docs/profile.md), since that is what a user of OpenVINO gets out of the box."""
+    workload's own; else the default set every command uses
+    (:func:`~sparseloom.core.processors.default_processors`), told by the precision its
+    OpenVINO CPU processor computes in."""
     from sparseloom.api import load_workload
+    from sparseloom.core.processors import default_processors
 
     if given:
         return given, "as given with --processor"
     if load_workload(workload, progress=False).processors:
         return (), f"the processors the workload {workload!r} names"
     precision = openvino_cpu_precision()
+    specs = ", ".join(p.name + (f" in {p.options['INFERENCE_PRECISION_HINT']}"
+                                if "INFERENCE_PRECISION_HINT" in p.options else "")
+                      for p in default_processors())
     if precision != "bf16":
-        return (), (f"the default set (OpenVINO computes {precision or 'nothing'} on this "
-                    f"CPU by default, as sparseloom's f32 processors do)")
-    return (f"ov:CPU?INFERENCE_PRECISION_HINT={precision}", "ort:CPU"), (
-        "the default set, with OpenVINO in bf16, the precision OpenVINO picks for this CPU "
-        "(accuracy measured as served; `--processor ov:CPU --processor ort:CPU` for f32)")
+        return (), (f"the default set, {specs} (OpenVINO computes {precision or 'nothing'} on "
+                    f"this CPU by default, as sparseloom's default OpenVINO processor does)")
+    return (), (f"the default set, {specs}: OpenVINO in bf16, the precision OpenVINO picks for "
+                "this CPU (accuracy measured as served; `--processor ov:CPU --processor "
+                "ort:CPU` for f32)")
 
 
 def _demo_serving(workload: str, processors: tuple[str, ...] = ()

@@ -28,6 +28,7 @@ Running a model on a processor (:func:`~sparseloom.workload.inference.load_model
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -254,21 +255,41 @@ def builtin_backends() -> set[str]:
 
 
 def default_processors() -> list[Processor]:
-    """The processors used when none are named: the available processors of the built-in
-    backends.
+    """The processors used when none are named, by every command and the demo: the available
+    processors of the built-in backends, OpenVINO's CPU processor computing in the precision
+    OpenVINO itself picks for this CPU (:func:`openvino_cpu_precision`: bf16 on a CPU with AMX
+    or AVX512-BF16, where the profile measures its accuracy as served), else f32.
 
     Installing a third-party backend does not change this set (nor, with it, the default
     number of subgraphs S and the zoos it selects): its processors are opt-in, by naming them
     (``--processor``, or ``processors = [...]`` in the workload file). On a CPU-only machine
-    the default set is ``ov:CPU`` (core 0) and ``ort:CPU`` (core 1), one thread each.
+    the default set is ``ov:CPU`` (core 0) and ``ort:CPU`` (core 1), one thread each; naming
+    ``-p ov:CPU -p ort:CPU`` keeps OpenVINO in f32 on a bf16 CPU.
     """
     builtin = builtin_backends()
-    return [p for p in discover_processors() if p.available and p.backend in builtin]
+    found = [p for p in discover_processors() if p.available and p.backend in builtin]
+    hint = {"INFERENCE_PRECISION_HINT": DEFAULT_PRECISION_HINT}
+    return [attrs.evolve(p, options={**p.options, **hint}) if _computes_bf16_by_default(p) else p
+            for p in found]
 
 
+#: The precision the default set asks of OpenVINO's CPU processor where OpenVINO's own default
+#: on that CPU is it; on other CPUs (OpenVINO's f32, or f16 on ARM) the backend's f32 stays.
+DEFAULT_PRECISION_HINT = "bf16"
+
+
+def _computes_bf16_by_default(processor: Processor) -> bool:
+    """Whether ``processor`` is OpenVINO's CPU, with no precision named, on a CPU where
+    OpenVINO computes bf16 by default."""
+    return (processor.backend == "ov" and processor.device.upper() == "CPU"
+            and "INFERENCE_PRECISION_HINT" not in processor.options
+            and openvino_cpu_precision() == DEFAULT_PRECISION_HINT)
+
+
+@functools.cache
 def openvino_cpu_precision() -> str:
     """OpenVINO's default ``INFERENCE_PRECISION_HINT`` on CPU (``bf16``, ``f32``, ...), or ``""``
-    when OpenVINO or its CPU device is not there."""
+    when OpenVINO or its CPU device is not there (asked once per process)."""
     try:
         import openvino
 

@@ -20,7 +20,7 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
     from sparseloom.cli.demo import openvino_cpu_precision
 
     line = next(x for x in result.output.splitlines() if x.startswith("processors: "))
-    assert ("INFERENCE_PRECISION_HINT=bf16" in line) == (openvino_cpu_precision() == "bf16")
+    assert ("ov:CPU in bf16" in line) == (openvino_cpu_precision() == "bf16")
     assert (tmp_path / "pareto-tiny.png").stat().st_size > 0
     rows = (tmp_path / "pareto-tiny.csv").read_text().splitlines()
     assert rows[0].startswith("kind,choices") and len(rows) == 1 + 10 + 30
@@ -41,14 +41,13 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
     assert report.is_file()
 
 
-def test_demo_processors_are_those_given_else_openvino_s_own_precision():
+def test_demo_processors_are_those_given_else_the_default_set():
     from sparseloom.cli import demo
 
     given = ("ort:CPU",)
     assert demo.demo_processors("tiny", given) == (given, "as given with --processor")
+    # Not given: the default set every other command uses (no spec of its own), and why.
     chosen, why = demo.demo_processors("tiny", ())
-    if demo.openvino_cpu_precision() == "bf16":  # a CPU with AMX or AVX512-BF16
-        assert chosen == ("ov:CPU?INFERENCE_PRECISION_HINT=bf16", "ort:CPU") and "bf16" in why
-    else:
-        assert chosen == () and "default set" in why
+    assert chosen == () and "default set" in why
+    assert ("bf16" in why) == (demo.openvino_cpu_precision() == "bf16")
     assert demo.openvino_cpu_precision() in ("bf16", "f32", "f16", "")

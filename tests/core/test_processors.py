@@ -74,6 +74,20 @@ def test_default_set_has_two_backends():
     assert all(p.available for p in defaults)
 
 
+def test_default_openvino_cpu_computes_in_openvino_s_own_default_precision():
+    """bf16 where OpenVINO computes bf16 by default on this CPU (AMX, AVX512-BF16), else the
+    backend's f32; the same set for every command, so ``ov:CPU`` named alone stays f32."""
+    import openvino
+
+    own = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+    ov_cpu = next(p for p in default_processors() if p.name == "ov:CPU")
+    expected = "bf16" if own == "bf16" else None
+    assert ov_cpu.options.get("INFERENCE_PRECISION_HINT") == expected
+    assert "INFERENCE_PRECISION_HINT" not in get_processor("ov:CPU").options
+    ort_cpu = next(p for p in default_processors() if p.name == "ort:CPU")
+    assert not ort_cpu.options
+
+
 def test_get_processor_applies_overrides():
     base = get_processor("ort:CPU")
     tuned = get_processor("ort:CPU?threads=2&cores=0&graph_optimization_level=basic")

@@ -121,10 +121,21 @@ def test_profile_table_of_tiny(tiny: Any, tiny_zoos: dict[str, Any], fresh_regis
     np.testing.assert_allclose(task.fidelity_error, expected, rtol=1e-3, atol=1e-6)
     assert np.all(task.fidelity_error[:, 0] == 0)
 
-    # Numerics: every subgraph on both processors against the evaluation processor; these
-    # f32 variants compute the same function on OpenVINO (f32 hint) and ONNX Runtime.
+    # Numerics: every subgraph on both processors against the evaluation processor (ORT).
+    # These f32 variants compute the same function on ONNX Runtime and on OpenVINO in f32;
+    # the default set's OpenVINO computes bf16 on a bf16 CPU, which rounds every layer.
     assert task.numerics_error.shape == (2, 4, 2)
-    assert np.all(task.numerics_error < 1e-4) and "numerics_unchecked" not in table.meta
+    assert "numerics_unchecked" not in table.meta
+    ort, ov = table.processors.index("ort:CPU"), table.processors.index("ov:CPU")
+    assert np.all(task.numerics_error[:, :, ort] == 0)
+    import openvino
+
+    own = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+    if own == "bf16":
+        rounded = task.numerics_error[:, :, ov]
+        assert np.all((rounded > 1e-4) & (rounded < 0.1)), rounded
+    else:
+        assert np.all(task.numerics_error[:, :, ov] < 1e-4)
 
     # Latencies: in ms, in the right (position, variant, processor) cells. On a shared
     # machine only a loose ratio to an independent timing is stable (a fresh-clone CI run on a

@@ -7,8 +7,10 @@ Processor options (strings) this backend reads: ``on_fallback`` (``error`` by de
 On CPU, ``threads`` sets ``INFERENCE_NUM_THREADS``, ``streams`` sets ``NUM_STREAMS``, and
 ``ENABLE_CPU_PINNING`` is off: OpenVINO otherwise pins every 1-thread model to the same core.
 ``INFERENCE_PRECISION_HINT`` is ``f32`` (OpenVINO would run f32 models in bf16 on CPUs with
-AMX/AVX512-BF16); pass ``INFERENCE_PRECISION_HINT=bf16`` to opt in. ``stock=true`` leaves all
-of these at OpenVINO's own defaults (``bench serve``'s stock contenders).
+AMX/AVX512-BF16); pass ``INFERENCE_PRECISION_HINT=bf16`` to opt in (the default processor
+set does on those CPUs, :func:`~sparseloom.core.processors.default_processors`).
+``stock=true`` leaves all of these at OpenVINO's own defaults (``bench serve``'s stock
+contenders).
 The processor's worker thread is pinned to its cores instead, and the model is compiled and run
 from that thread so that the threads OpenVINO creates inherit the pinning.
 """
