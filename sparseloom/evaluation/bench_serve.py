@@ -62,6 +62,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     chosen = select_contenders(contenders)
     from sparseloom.core.processors import openvino_cpu_precision
     from sparseloom.evaluation.judging import judging_report
+    from sparseloom.evaluation.pick_speedup import pick_speedups
     from sparseloom.evaluation.stock import openvino_precision
 
     processors = profile_processors(profile)
@@ -99,6 +100,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
         raise BenchInterrupted(report) from interrupt
     report["stock_tuning"] = context.tunings
     report["judging"] = judging_report(list(context.judgements.values()))
+    report["pick_speedups"] = pick_speedups(context.measured_alone(), profile, processors)
     _close(report, recorder)
     return report
 

@@ -185,6 +185,11 @@ class ServeContext:
                 "measured": stock_tuned.tuning_table(measured, slos, whole)})
         return self._tuned[key]
 
+    def measured_alone(self) -> dict[tuple[str, tuple[int, ...] | None], list[Any]]:
+        """Every model a tuned runtime measured alone, by (task, pick; ``None``: dense): its
+        :class:`~sparseloom.evaluation.stock_tuned.Measured` per configuration."""
+        return dict(self._measured)
+
     def isolated_hot_ms(self, slos: Mapping[str, SLO]) -> dict[str, float]:
         """Each task's dense model alone on the benchmark's cores: the fastest hot median
         latency (ms) among the configurations ``stock-tuned`` measures that may serve it

@@ -153,6 +153,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     from sparseloom.evaluation.judging import render_judging
 
     lines += render_judging(report.get("judging") or {})
+    from sparseloom.evaluation.pick_speedup import render_pick_speedups
+
+    lines += render_pick_speedups(report.get("pick_speedups") or [])
     if incomplete:
         lines += ["", *_interrupted_lines(report, incomplete)]
     return "\n".join(lines) + "\n"

@@ -229,3 +229,52 @@ def test_the_steady_state_keeps_every_task_asking_and_reports_stp_and_antt(
     rates = result["task_rates"]
     assert worst["median"] == pytest.approx(rates["sparseloom-loaded"]["tiny"]["median"]
                                             / rates["stock-ort-matched"]["tiny"]["median"])
+
+
+def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context: Any
+                                                                    ) -> None:
+    from sparseloom.core.types import SLO
+    from sparseloom.evaluation.pick_speedup import pick_speedups, render_pick_speedups
+    from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.runtime.session import profile_processors
+
+    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, _slo_key
+
+    context = tiny_context
+    # Under SLOs of its own, the pick picks-tuned serves is set here (sparseloom-loaded picks
+    # tiny's dense chain, fastest merged): structured-0.5 at both positions.
+    loose = {t: SLO(max(s.accuracy - 0.3, 0.0), s.latency_ms)
+             for t, s in dense_slos(context).items()}
+    table = context.profile.task("tiny")
+    structured = table.variant_names.index("structured-0.5")
+    pick = (structured,) * table.n_positions
+    context.picks(loose, TUNED_PICKS_POLICY)  # (planned, then replaced)
+    context._picks[TUNED_PICKS_POLICY, _slo_key(loose)] = {"tiny": pick}
+    context.tuned("stock-tuned", loose)
+    context.tuned("picks-tuned", loose)
+    processors = profile_processors(context.profile)
+    rows = pick_speedups(context.measured_alone(), context.profile, processors)
+    assert rows and {r["pick"] for r in rows} == {"_".join(map(str, pick))}
+    # Served: the two medians each tuned runtime measured alone in the same configuration.
+    measured = context.measured_alone()
+    for row in rows:
+        processor = next(p for p in processors if p.name == row["processor"])
+        latency = {key[1]: next(m.latency_ms for m in runs if m.config.backend ==
+                                processor.backend and m.config.threads == processor.threads
+                                and m.config.precision == row["precision"])
+                   for key, runs in measured.items() if key[0] == "tiny"}
+        assert row["dense_ms"] == latency[None] and row["pick_ms"] == latency[tuple(pick)]
+        assert row["served"] == pytest.approx(latency[None] / latency[tuple(pick)])
+        # Predicted: the profile's chain latency, every position on that processor by name.
+        names = [row["processor"]] * len(pick)
+        assert context.profile.task("tiny").variant_kinds[0] == "dense"
+        dense = [0] * len(pick)
+        assert row["predicted"] == pytest.approx(
+            context.profile.latency("tiny", dense, names)
+            / context.profile.latency("tiny", list(pick), names))
+    # One row per profiled processor whose runtime, precision and threads a config matches.
+    assert len({r["processor"] for r in rows}) == len(rows) <= len(processors)
+    table = render_pick_speedups(rows)
+    assert table[1] == "## Picks: predicted against served speed-up"
+    assert len([line for line in table if line.startswith("| tiny |")]) == len(rows)
+    assert render_pick_speedups([]) == []
