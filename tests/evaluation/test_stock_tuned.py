@@ -234,11 +234,10 @@ def test_the_steady_state_keeps_every_task_asking_and_reports_stp_and_antt(
 def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context: Any
                                                                     ) -> None:
     from sparseloom.core.types import SLO
+    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, _slo_key
     from sparseloom.evaluation.pick_speedup import pick_speedups, render_pick_speedups
     from sparseloom.evaluation.serve_figures import dense_slos
     from sparseloom.runtime.session import profile_processors
-
-    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, _slo_key
 
     context = tiny_context
     # Under SLOs of its own, the pick picks-tuned serves is set here (sparseloom-loaded picks
