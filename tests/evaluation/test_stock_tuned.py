@@ -233,7 +233,6 @@ def test_the_steady_state_keeps_every_task_asking_and_reports_stp_and_antt(
 
 def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context: Any
                                                                     ) -> None:
-    from sparseloom.core.types import SLO
     from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, _slo_key
     from sparseloom.evaluation.pick_speedup import pick_speedups, render_pick_speedups
     from sparseloom.evaluation.serve_figures import dense_slos
@@ -252,8 +251,10 @@ def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context
     context.tuned("stock-tuned", loose)
     context.tuned("picks-tuned", loose)
     processors = profile_processors(context.profile)
-    rows = pick_speedups(context.measured_alone(), context.profile, processors)
-    assert rows and {r["pick"] for r in rows} == {"_".join(map(str, pick))}
+    every = pick_speedups(context.measured_alone(), context.profile, processors)
+    # (the module's other tests measured other picks: one row set per pick)
+    rows = [r for r in every if r["pick"] == "_".join(map(str, pick))]
+    assert rows and all(r["pick"] != "0_0" for r in every)
     # Served: the two medians each tuned runtime measured alone in the same configuration.
     measured = context.measured_alone()
     for row in rows:
