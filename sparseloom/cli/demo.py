@@ -236,16 +236,17 @@ def demo_processors(workload: str, given: tuple[str, ...]) -> tuple[tuple[str, .
         return given, "as given with --processor"
     if load_workload(workload, progress=False).processors:
         return (), f"the processors the workload {workload!r} names"
-    precision = openvino_cpu_precision()
+    defaults = default_processors()
     specs = ", ".join(p.name + (f" in {p.options['INFERENCE_PRECISION_HINT']}"
                                 if "INFERENCE_PRECISION_HINT" in p.options else "")
-                      for p in default_processors())
-    if precision != "bf16":
-        return (), (f"the default set, {specs} (OpenVINO computes {precision or 'nothing'} on "
-                    f"this CPU by default, as sparseloom's default OpenVINO processor does)")
-    return (), (f"the default set, {specs}: OpenVINO in bf16, the precision OpenVINO picks for "
-                "this CPU (accuracy measured as served; `--processor ov:CPU --processor "
-                "ort:CPU` for f32)")
+                      for p in defaults)
+    if any(p.options.get("INFERENCE_PRECISION_HINT") == "bf16" for p in defaults):
+        return (), (f"the default set, {specs}: OpenVINO in bf16, the precision OpenVINO picks "
+                    "for this CPU (accuracy measured as served; `--processor ov:CPU --processor "
+                    "ort:CPU` for f32)")
+    precision = openvino_cpu_precision()
+    return (), (f"the default set, {specs} (OpenVINO computes {precision or 'nothing'} on this "
+                "CPU by default, as sparseloom's default OpenVINO processor does)")
 
 
 def _demo_serving(workload: str, processors: tuple[str, ...] = ()

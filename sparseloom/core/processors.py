@@ -254,6 +254,11 @@ def builtin_backends() -> set[str]:
     return {r.name for r in registry.backends() if r.distribution == "sparseloom"}
 
 
+#: The precision the default set asks of OpenVINO's CPU processor where OpenVINO's own default
+#: on that CPU is it; on other CPUs (OpenVINO's f32, or f16 on ARM) the backend's f32 stays.
+DEFAULT_PRECISION_HINT = "bf16"
+
+
 def default_processors() -> list[Processor]:
     """The processors used when none are named, by every command and the demo: the available
     processors of the built-in backends, OpenVINO's CPU processor computing in the precision
@@ -271,11 +276,6 @@ def default_processors() -> list[Processor]:
     hint = {"INFERENCE_PRECISION_HINT": DEFAULT_PRECISION_HINT}
     return [attrs.evolve(p, options={**p.options, **hint}) if _computes_bf16_by_default(p) else p
             for p in found]
-
-
-#: The precision the default set asks of OpenVINO's CPU processor where OpenVINO's own default
-#: on that CPU is it; on other CPUs (OpenVINO's f32, or f16 on ARM) the backend's f32 stays.
-DEFAULT_PRECISION_HINT = "bf16"
 
 
 def _computes_bf16_by_default(processor: Processor) -> bool:

@@ -46,13 +46,14 @@ def pick_speedups(measured: Mapping[tuple[str, tuple[int, ...] | None], Sequence
             same = [(d, p) for d in dense_rows for p in pick_rows
                     if d.config == p.config and d.config.backend == processor.backend
                     and d.config.precision == precision
-                    and d.config.threads == processor.threads]
+                    and d.config.threads == processor.threads
+                    and not d.failure and not p.failure]
+            if not same:
+                continue
+            order = [index] * table.n_positions
+            predicted = (float(table.latency(dense, order)[0])
+                         / float(table.latency(list(pick), order)[0]))
             for dense_run, pick_run in same:
-                if dense_run.failure or pick_run.failure:
-                    continue
-                order = [index] * table.n_positions
-                predicted = (float(table.latency(dense, order)[0])
-                             / float(table.latency(list(pick), order)[0]))
                 rows.append({"task": task, "pick": "_".join(map(str, pick)),
                              "processor": processor.name, "precision": precision,
                              "predicted": predicted,
