@@ -66,8 +66,9 @@ SCENARIO_CHOICES = ("closed", "steady", "capacity", "grid")
                    "stock-tuned and picks-tuned [default 300; --quick 100].")
 @click.option("--choose-above", "choose_above", type=click.FloatRange(min=0), default=None,
               metavar="POINTS", help="Policies choose their variants as if every accuracy SLO "
-                                     "were POINTS higher; accuracy is judged at the SLO itself, "
-                                     "on the held-out rows [default 0].")
+                                     "were POINTS higher, at most the dense model's accuracy; "
+                                     "accuracy is judged at the SLO itself, on the held-out "
+                                     "rows [default 0].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")

@@ -139,8 +139,13 @@ class ServeContext:
 
     def choosing(self, slos: Mapping[str, SLO]) -> dict[str, SLO]:
         """The SLOs a policy chooses its variants under: ``slos`` with every accuracy raised
-        by :attr:`choose_above` (at most 1)."""
-        return {t: SLO(min(s.accuracy + self.choose_above, 1.0), s.latency_ms)
+        by :attr:`choose_above`, at most to the dense model's selection accuracy (a tighter
+        margin down to none; asking more than dense leaves only variants that beat it by
+        chance on the selection rows, and plans bent to serve them)."""
+        if not self.choose_above:
+            return dict(slos)
+        return {t: SLO(max(s.accuracy, min(s.accuracy + self.choose_above,
+                                           self.selection_accuracy(t, None))), s.latency_ms)
                 for t, s in slos.items()}
 
     def tuned(self, name: str, slos: Mapping[str, SLO]) -> Any:

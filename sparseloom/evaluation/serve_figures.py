@@ -78,8 +78,9 @@ class BenchOptions:
         tuning_queries: requests of each closed run that measures one configuration of one
             task for ``stock-tuned`` and ``picks-tuned``
             (:mod:`~sparseloom.evaluation.stock_tuned`).
-        choose_above: points every accuracy SLO is raised by when a policy chooses its
-            variants (its runs, and the picks ``picks-*`` serve); accuracy is still judged at
+        choose_above: points every accuracy SLO is raised by, at most to the dense model's
+            selection accuracy, when a policy chooses its variants (its runs, and the picks
+            ``picks-*`` serve); accuracy is still judged at
             the SLO itself, on the held-out rows — a tighter selection margin for picks that
             fell outside it there.
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs

@@ -19,6 +19,10 @@ def _num(value: Any, digits: int = 1) -> str:
 
 def _cell(row: dict[str, Any], digits: int) -> str:
     if not row.get("n"):
+        # A scenario that counts only runs at equal accuracy (steady) leaves out VALID runs
+        # whose picks lost accuracy on the held-out rows: say so, not that none was VALID.
+        if row.get("invalid_runs", 0) < len(row.get("rounds", ())):
+            return "no VALID run at equal accuracy"
         return "no VALID run"
     return f"{_num(row['median'], digits)} [{_num(row['min'], digits)}–{_num(row['max'], digits)}]"
 

@@ -327,6 +327,20 @@ def test_violation_above_the_floor_is_each_round_less_the_floor() -> None:
     assert "the best stock runtime (stock-ov) 0.25" in _above_floor_lines(above)[0]
 
 
+def test_a_row_without_figures_says_whether_its_runs_failed_or_lost_accuracy() -> None:
+    from sparseloom.evaluation.serve_report import _contender_table
+
+    def row(name: str, invalid: int, equal: float) -> dict[str, Any]:
+        return {"contender": name, "median": math.nan, "min": math.nan, "max": math.nan,
+                "n": 0, "rounds": [None, None], "invalid_runs": invalid,
+                "figures": {"equal_accuracy": {"median": equal}}}
+
+    lost, failed = _contender_table([row("lost", 0, 0.0), row("failed", 2, math.nan)],
+                                    "stp", 1)[2:]
+    assert "| lost | no VALID run at equal accuracy | 0 |" in lost
+    assert "| failed | no VALID run | 0 (2 INVALID) |" in failed
+
+
 def test_a_policy_contender_may_serve_another_policy_with_its_own_runtime_settings(
         context: ServeContext) -> None:
     from sparseloom.core.types import SLO
@@ -378,6 +392,9 @@ def test_choosing_above_the_slo_tightens_the_picks_not_the_verdict(
     assert tight.selection_accuracy("tiny", pick) >= slos["tiny"].accuracy + 0.01 - 1e-9
     judged = tight.judged("tiny", pick, "f32", slos["tiny"].accuracy)
     assert judged.margin == pytest.approx(0.01)  # judged against the SLO itself
+    # Tightened past dense, the margin is none: the dense model still qualifies.
+    dense = tight.selection_accuracy("tiny", None)
+    assert attrs.evolve(context, choose_above=0.5).choosing(slos)["tiny"].accuracy == dense
 
 
 def test_a_missing_ratio_says_whether_accuracy_or_validity_kept_it_out() -> None:
