@@ -230,7 +230,7 @@ def demo_processors(workload: str, given: tuple[str, ...]) -> tuple[tuple[str, .
     (:func:`~sparseloom.core.processors.default_processors`), told by the precision its
     OpenVINO CPU processor computes in."""
     from sparseloom.api import load_workload
-    from sparseloom.core.processors import default_processors
+    from sparseloom.core.processors import DEFAULT_PRECISION_HINT, default_processors
 
     if given:
         return given, "as given with --processor"
@@ -240,7 +240,7 @@ def demo_processors(workload: str, given: tuple[str, ...]) -> tuple[tuple[str, .
     specs = ", ".join(p.name + (f" in {p.options['INFERENCE_PRECISION_HINT']}"
                                 if "INFERENCE_PRECISION_HINT" in p.options else "")
                       for p in defaults)
-    if any(p.options.get("INFERENCE_PRECISION_HINT") == "bf16" for p in defaults):
+    if any(p.options.get("INFERENCE_PRECISION_HINT") == DEFAULT_PRECISION_HINT for p in defaults):
         return (), (f"the default set, {specs}: OpenVINO in bf16, the precision OpenVINO picks "
                     "for this CPU (accuracy measured as served; `--processor ov:CPU --processor "
                     "ort:CPU` for f32)")

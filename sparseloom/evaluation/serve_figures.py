@@ -80,9 +80,8 @@ class BenchOptions:
             (:mod:`~sparseloom.evaluation.stock_tuned`).
         choose_above: points every accuracy SLO is raised by, at most to the dense model's
             selection accuracy, when a policy chooses its variants (its runs, and the picks
-            ``picks-*`` serve); accuracy is still judged at
-            the SLO itself, on the held-out rows — a tighter selection margin for picks that
-            fell outside it there.
+            ``picks-*`` serve); accuracy is still judged at the SLO itself, on the held-out
+            rows — a tighter selection margin for picks that fell outside it there.
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs
             (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
             benchmark ends). A bound trades memory for reloads between runs, which no run's
