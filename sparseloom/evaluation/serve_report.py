@@ -149,6 +149,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += _contender_table(result["contenders"], header, digits)
         if scenario == "steady":
             lines += _steady_lines(result)
+        if result.get("task_rates"):
+            lines += _task_rate_lines(scenario, result)
         lines += ["", *_ratio_lines(scenario, result), *_factor_lines(result.get("factors"))]
         if result.get("simulated"):
             from sparseloom.evaluation.sim_check import render_simulated
@@ -171,6 +173,23 @@ def _steady_lines(result: dict[str, Any]) -> list[str]:
                  "latency per task (its dense model alone, fastest stock configuration): "
              + ", ".join(f"{t} {_num(ms, 3)} ms" for t, ms in result["isolated_hot_ms"].items())
              + ".", "", *_contender_table(result["antt"], "ANTT (lower is better)", 2)]
+    return lines
+
+
+def _task_rate_lines(scenario: str, result: dict[str, Any]) -> list[str]:
+    """Each task's own rate per contender (median [min–max] over the rounds at equal
+    accuracy), and per sparseloom policy its slowest task against the best stock runtime."""
+    rates = result["task_rates"]
+    tasks = sorted({t for per_task in rates.values() for t in per_task})
+    own = (" (requests ÷ seconds to its own last request: a light task ends before the "
+           "makespan does)" if scenario == "closed" else "")
+    lines = ["", f"Each task's rate, requests/s{own}, median [min–max] over the rounds at "
+                 f"equal accuracy:", "", "| contender | " + " | ".join(tasks) + " |",
+             "|---|" + "---|" * len(tasks)]
+    for name, per_task in rates.items():
+        cells = [f"{_num(c['median'], 1)} [{_num(c['min'], 1)}–{_num(c['max'], 1)}]"
+                 if (c := per_task.get(t)) and c["n"] else "–" for t in tasks]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for policy, worst in result["worst_task"].items():
         if worst["n"]:
             lines += ["", f"- {policy}: its slowest task's rate ÷ that task's rate under the "

@@ -68,10 +68,18 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
     A run whose served variants miss an accuracy SLO on the whole eval set (a baseline that
     serves the fastest original whatever the SLO) is tabled but left out of the ratios: they
     compare throughput at equal accuracy.
+
+    The headline is a makespan (N requests per task, until the last ends). Beside it, each
+    task's own rate (its N ÷ the time to its own last request,
+    :attr:`~sparseloom.runtime.summary.TaskResult.own_throughput_rps`) per contender
+    (``task_rates``), and per sparseloom policy and round its lowest task rate ÷ that task's
+    rate under the round's fastest stock runtime (``worst_task``): a policy that wins the
+    makespan by making one task wait shows there.
     """
     slos = dense_slos(context)
     values: dict[str, dict[int, float]] = {}
     equal: dict[str, dict[int, float]] = {}
+    rates: dict[str, dict[int, dict[str, float]]] = {}
     for round_index in range(options.rounds):
         spec = LoadSpec("closed", queries=options.closed_queries,
                         min_duration_s=options.closed_min_s, seed=options.seed + round_index)
@@ -84,6 +92,8 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
                 if run["figures"].get("equal_accuracy", 1.0) >= 1:
                     equal.setdefault(contender.name, {})[round_index] = \
                         run["figures"]["throughput_rps"]
+                    rates.setdefault(contender.name, {})[round_index] = {
+                        t.task: float(t.own_throughput_rps) for t in run["summary"].tasks}
     return {"figure": "throughput_rps", "unit": "requests/s",
             "run_length": run_length(options),
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
@@ -91,7 +101,9 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
                                  "throughput_rps"),
             "ratios": ratios_per_round(equal, contenders),
             "ratios_by_policy": family_ratios(equal, contenders),
-            "factors": factors(equal, contenders)}
+            "factors": factors(equal, contenders),
+            "task_rates": task_rates(rates),
+            "worst_task": _worst_task(equal, rates, contenders)}
 
 
 def steady(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,
@@ -139,30 +151,43 @@ def steady(context: ServeContext, contenders: Sequence[Contender], options: Benc
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
             "contenders": table(stp, contenders, runs, "stp"),
             "antt": table(antt, contenders, runs, "antt"),
-            "task_rates": {name: {t: spread([r[t] for r in by_round.values()]) for t in iso}
-                           for name, by_round in rates.items()},
+            "task_rates": task_rates(rates),
             "worst_task": _worst_task(stp, rates, contenders),
             "ratios": ratios_per_round(stp, contenders),
             "ratios_by_policy": family_ratios(stp, contenders)}
 
 
-def _worst_task(stp: Mapping[str, Mapping[int, float]],
+def task_rates(rates: Mapping[str, Mapping[int, Mapping[str, float]]]
+               ) -> dict[str, dict[str, dict[str, float]]]:
+    """Per contender and task, the median and spread of the task's rate over the rounds."""
+    return {name: {task: spread([r[task] for r in by_round.values() if task in r])
+                   for task in sorted({t for r in by_round.values() for t in r})}
+            for name, by_round in rates.items()}
+
+
+def _worst_task(headline: Mapping[str, Mapping[int, float]],
                 rates: Mapping[str, Mapping[int, Mapping[str, float]]],
                 contenders: Sequence[Contender]) -> dict[str, dict[str, Any]]:
     """Per sparseloom policy and round, its lowest task rate ÷ that task's rate under the
-    round's best stock runtime (by STP), and which task it was."""
+    round's best stock runtime (by the scenario's ``headline`` figure: STP, throughput), and
+    which task it was."""
     stock = [c.name for c in contenders if c.is_stock]
     out: dict[str, dict[str, Any]] = {}
     for policy in (c.name for c in contenders if c.is_sparseloom):
         per_round: dict[int, float] = {}
         tasks: list[str] = []
         for round_index, own in rates.get(policy, {}).items():
-            rivals = [n for n in stock if round_index in stp.get(n, {})]
+            rivals = [n for n in stock if round_index in headline.get(n, {})
+                      and round_index in rates.get(n, {})]
             if not rivals:
                 continue
-            best = max(rivals, key=lambda n: stp[n][round_index])
+            best = max(rivals, key=lambda n: headline[n][round_index])
             theirs = rates[best][round_index]
-            ratio, task = min((own[t] / theirs[t], t) for t in own if theirs.get(t, 0) > 0)
+            compared = [(own[t] / theirs[t], t) for t in own
+                        if theirs.get(t, 0) > 0 and own[t] == own[t]]  # nan: nothing served
+            if not compared:
+                continue
+            ratio, task = min(compared)
             per_round[round_index] = ratio
             tasks.append(task)
         out[policy] = {"rounds": [per_round[r] for r in sorted(per_round)], "tasks": tasks,

@@ -43,6 +43,7 @@ class TaskCounters:
         latency_sum_ms: summed latency of every completed request (the mean's numerator).
         written: outcomes written to the ring so far (its cursor).
         scored: (eval row, output batch) of the last eval-set requests served.
+        last_completed_s: ``time.perf_counter()`` when its last served request ended (0: none).
     """
 
     task: str
@@ -53,6 +54,7 @@ class TaskCounters:
     rejected: int = 0
     latency_sum_ms: float = 0.0
     written: int = 0
+    last_completed_s: float = 0.0
     scored: collections.deque[tuple[int, Any]] = attrs.field(
         factory=lambda: collections.deque(maxlen=SCORE_WINDOW))
     _ended_s: np.ndarray = attrs.field(init=False)
@@ -74,6 +76,7 @@ class TaskCounters:
         self._write(request.finished_s, latency_ms)
         self.completed += 1
         self.latency_sum_ms += latency_ms
+        self.last_completed_s = max(self.last_completed_s, request.finished_s)
         route = request.route
         entry = self._routes.get(id(route))  # by identity: no hash of the route per request
         if entry is None:

@@ -58,6 +58,10 @@ class TaskResult:
     #: What it served, judged on eval rows selection never saw, on the selection scale
     #: (``bench serve`` fills it in: :mod:`sparseloom.evaluation.judging`); ``nan`` elsewhere.
     accuracy_judged: float = math.nan
+    #: Served requests ÷ seconds from the load's start to this task's last served request: its
+    #: own rate. In a closed run of N requests per task a light task ends before the run does,
+    #: and ``throughput_rps`` (÷ the whole run) understates it; ``nan`` when none was served.
+    own_throughput_rps: float = math.nan
 
     @property
     def met(self) -> bool:
@@ -213,13 +217,14 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
     return tasks * 1e3 / load[busiest], busiest
 
 
-def _task_result(runtime: Runtime, name: str, wall_s: float) -> TaskResult:
+def _task_result(runtime: Runtime, name: str, wall_s: float, started_s: float) -> TaskResult:
     state = runtime.states[name]
     counters = state.counters
     with runtime.lock:
         by_route = counters.served()
         latencies = counters.latencies()
         submitted, completed = counters.submitted, counters.completed
+        own_s = counters.last_completed_s - started_s
     served: dict[str, int] = collections.Counter()
     counts: dict[tuple[int, ...], int] = collections.Counter()
     for route, count in by_route.items():
@@ -240,14 +245,16 @@ def _task_result(runtime: Runtime, name: str, wall_s: float) -> TaskResult:
         name, slo.accuracy, slo.latency_ms, variant, served, runtime.tasks[name].task.metric,
         accuracy, _profile_accuracy(runtime, name, choices) if choices else math.nan, stats,
         completed / wall_s if wall_s > 0 else math.nan,
-        submitted, completed, submitted - completed, "+".join(sides), counters.rejected)
+        submitted, completed, submitted - completed, "+".join(sides), counters.rejected,
+        own_throughput_rps=completed / own_s if completed and own_s > 0 else math.nan)
 
 
 def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
               settings: dict[str, Any], memory: dict[str, float]) -> RunSummary:
     """Build the run's summary from a drained runtime."""
     wall_s = max(load.wall_s, 1e-9)
-    tasks = tuple(_task_result(runtime, name, wall_s) for name, state in runtime.states.items()
+    tasks = tuple(_task_result(runtime, name, wall_s, load.started_s)
+                  for name, state in runtime.states.items()
                   if state.route is not None or state.counters.written)
     bound, busiest = _pipeline_bound(runtime)
     throughput = runtime.completed / wall_s

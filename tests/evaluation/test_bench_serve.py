@@ -108,6 +108,16 @@ def test_closed_rounds_rotate_the_contenders_on_the_same_load(context: ServeCont
     assert result["ratios"]["vs_best_stock"]["n"] == 2
     assert result["ratios"]["vs_best_stock"]["against"] == ["stock-ort"]
     assert result["ratios"]["vs_picks_on_stock"]["n"] == 2
+    # Each task's own rate per contender, and sparseloom's slowest task against the one
+    # stock runtime of each round.
+    own = {(r["contender"], r["round"]): {t.task: t.own_throughput_rps
+                                          for t in r["summary"].tasks} for r in runs}
+    (task,) = own["sparseloom", 0]
+    assert result["task_rates"]["stock-ort"][task]["n"] == 2
+    worst = result["worst_task"]["sparseloom"]
+    assert worst["tasks"] == [task, task]
+    assert worst["rounds"] == pytest.approx(
+        [own["sparseloom", r][task] / own["stock-ort", r][task] for r in (0, 1)])
 
 
 #: A hand-made closed benchmark, req/s per contender and round. ``INVALID``: the run's summary
@@ -246,6 +256,9 @@ def test_cli_writes_the_report(tmp_path: Path, tiny: tuple[Any, Any]) -> None:
     assert {"vs_best_stock", "vs_best_baseline"} <= set(closed["ratios"])
     assert "sparseloom ÷ best stock runtime" in completed.stdout
     assert (out / "report.md").is_file() and (out / "serve_closed.png").is_file()
+    # Each task's own rate beside the makespan, from the runs at equal accuracy.
+    assert "sparseloom" in closed["task_rates"] and "sparseloom" in closed["worst_task"]
+    assert "Each task's rate, requests/s (requests ÷ seconds to its own last" in markdown
 
 
 def test_foreign_load_counts_other_processes_not_this_one() -> None:
