@@ -25,6 +25,7 @@ from sparseloom.plugins.compressors._common import (
     model_copy,
     note,
 )
+from sparseloom.plugins.compressors._embedding import quantize_embeddings
 from sparseloom.plugins.compressors._sensitivity import keep_float
 from sparseloom.workload.arguments import number_field
 
@@ -71,8 +72,8 @@ def _restore_boundary_names(original: onnx.ModelProto, quantized: onnx.ModelProt
 #: a subgraph's most sensitive layers in float32. See docs/compressors.md for how it was chosen.
 MAX_INT8_ERROR = 0.1
 #: Raised whenever :class:`Int8Quantizer` gives another output for the same options (part of
-#: the zoo's cache key). 2: sensitive layers stay float32.
-INT8_REVISION = 2
+#: the zoo's cache key). 2: sensitive layers stay float32. 3: large embedding tables in int8.
+INT8_REVISION = 3
 
 
 def _name_layers(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
@@ -96,7 +97,9 @@ class Int8Quantizer:
     Weights: int8, symmetric, per output channel. Activations: uint8 (U8S8, the fast path of
     both ORT and OpenVINO on x86), ranges calibrated on the given batches. Only Conv, Gemm and
     MatMul with a constant weight are quantized; Softmax, normalisations, attention masks and
-    every other op stay float32, which keeps masks with ±1e4 offsets exact.
+    every other op stay float32, which keeps masks with ±1e4 offsets exact. A large embedding
+    table (a Gather from a float32 table of at least 1,024 rows) is stored in int8 with a
+    scale per row (:mod:`~sparseloom.plugins.compressors._embedding`).
 
     ``reduce_range`` stores weights in 7 bits. On x86 CPUs without VNNI the u8×s8 kernels of
     ORT (and OpenVINO/oneDNN) add products pairwise in int16 and saturate; with full 8-bit
@@ -121,6 +124,7 @@ class Int8Quantizer:
     :param max_float_share: at most this share of the layers stays float32.
     :param error_batches: calibration batches the output error is measured on (and the INT8
         ranges of the search's trial models come from).
+    :param embeddings: store large embedding tables in int8 (one scale per row).
     """
 
     calibrate_method: CalibrationMethodName = attrs.field(
@@ -134,6 +138,7 @@ class Int8Quantizer:
     max_float_share: float = attrs.field(
         default=0.25, validator=number_field(low=0, low_open=True, high=1))
     error_batches: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    embeddings: bool = True
     kind: str = attrs.field(default="int8", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
 
@@ -149,7 +154,8 @@ class Int8Quantizer:
     def cache_key(self) -> dict[str, object]:
         """What its output depends on beyond its options: the resolved weight width (a zoo
         built on a CPU without VNNI is not reused on one with it)."""
-        return {"seven_bit_weights": self.seven_bit, "revision": INT8_REVISION}
+        return {"seven_bit_weights": self.seven_bit, "revision": INT8_REVISION,
+                "embeddings": self.embeddings}
 
     def compress(
         self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays]
@@ -229,6 +235,9 @@ class Int8Quantizer:
                     note(quantized, f"float32 layers (INT8 output error "
                                      f"{mixed.error_all_compressed:.3g} → {mixed.error:.3g}): "
                                      f"{', '.join(mixed.float_nodes)}")
+        tables = quantize_embeddings(quantized) if self.embeddings else []
+        if tables:
+            note(quantized, f"int8 embedding tables, one scale per row: {', '.join(tables)}")
         _restore_boundary_names(subgraph, quantized)
         check_boundaries(self.kind, subgraph, quantized)
         return quantized
