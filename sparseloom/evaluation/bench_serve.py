@@ -61,7 +61,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     options = options or BenchOptions()
     chosen = select_contenders(contenders)
     from sparseloom.core.processors import openvino_cpu_precision
-    from sparseloom.evaluation.judging import judging_report
+    from sparseloom.evaluation.judging import judged_precision, judging_report
     from sparseloom.evaluation.pick_speedup import pick_speedups
     from sparseloom.evaluation.stock import openvino_precision
 
@@ -71,7 +71,9 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     context = ServeContext(workload, profile, zoos, cores, precision, options.memory_budget,
                            tuning_queries=options.tuning_queries,
                            choose_above=options.choose_above / 100,
-                           bf16=openvino_cpu_precision() == "bf16", progress=progress)
+                           bf16=openvino_cpu_precision() == "bf16", progress=progress,
+                           processor_precisions={p.name: judged_precision(openvino_precision(
+                               [p])) for p in processors})
     recorder = Recorder(progress)
     report: dict[str, Any] = {"workload": workload.name, "machine": machine(),
                               "options": _options(options), "contenders": [

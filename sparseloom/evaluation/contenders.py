@@ -113,10 +113,16 @@ class ServeContext:
     progress: Callable[[str], None] | None = None
     #: Raised by this fraction, the accuracy SLOs policies choose under (judged at the SLOs).
     choose_above: float = 0.0
+    #: The precision each of sparseloom's processors computes in, judged as
+    #: (:func:`~sparseloom.evaluation.judging.judged_precision`), by processor name; a name
+    #: not here computes in :attr:`precision` on OpenVINO, f32 elsewhere.
+    processor_precisions: Mapping[str, str] = attrs.field(factory=dict)
     #: Per tuned runtime found: its name, picks, SLOs, configuration, prediction and the
     #: measurements it was chosen from.
     tunings: list[dict[str, Any]] = attrs.field(factory=list, init=False)
     _picks: dict[tuple[Any, ...], dict[str, tuple[int, ...]]] = \
+        attrs.field(factory=dict, init=False)
+    _routes: dict[tuple[Any, ...], dict[str, tuple[str, ...]]] = \
         attrs.field(factory=dict, init=False)
     _tuned: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
     _measured: dict[tuple[str, tuple[int, ...] | None], list[Any]] = attrs.field(
@@ -135,7 +141,25 @@ class ServeContext:
             planned = make_plan(self.profile, policy=policy, slos=self.choosing(slos))
             self._picks[key] = {t: tuple(int(c) for c in v.choices)
                                 for t, v in planned.plan.variants.items()}
+            self._routes[key] = {t: planned.plan.processors_of(t)
+                                 for t in planned.plan.variants}
         return self._picks[key]
+
+    def served_precisions(self, slos: Mapping[str, SLO], policy: str = HEADLINE
+                          ) -> dict[str, str]:
+        """Per task, the precision ``policy``'s plan computes its pick in, position by
+        position (:func:`~sparseloom.evaluation.judging.chain_precision`): a chain with one
+        position on bf16 OpenVINO and another on ONNX Runtime is judged as it ran."""
+        from sparseloom.evaluation.judging import chain_precision
+
+        self.picks(slos, policy)
+        return {task: chain_precision([self._processor_precision(p) for p in processors])
+                for task, processors in self._routes[policy, _slo_key(slos)].items()}
+
+    def _processor_precision(self, name: str) -> str:
+        if name in self.processor_precisions:
+            return self.processor_precisions[name]
+        return judged_precision(self.precision) if name.startswith("ov:") else "f32"
 
     def choosing(self, slos: Mapping[str, SLO]) -> dict[str, SLO]:
         """The SLOs a policy chooses its variants under: ``slos`` with every accuracy raised
@@ -255,9 +279,8 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
                         RunConfig(policy=policy, slos=context.choosing(slos), load=spec,
                                   options=contender.options or RuntimeOptions(),
                                   memory_budget=context.memory_budget)).summary
-        precision = judged_precision(context.precision)
         return _with_judged_accuracy(context, summary, context.picks(slos, policy),
-                                     dict.fromkeys(summary_tasks(summary), precision), slos)
+                                     context.served_precisions(slos, policy), slos)
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")
     stock = STOCK_RUNTIMES[contender.name]

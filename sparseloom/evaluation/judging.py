@@ -8,6 +8,8 @@ pick merged into one model) runs over them in the precision it was served in, be
 model in the same precision, and the pick keeps its accuracy when what it loses against dense
 there is at most the margin selection allowed it (dense's selection accuracy − the SLO). The
 difference carries a 95% paired bootstrap interval (the same resampled rows for both models).
+A chain served partly in bf16 on OpenVINO and partly in f32 on ONNX Runtime is judged so,
+position by position, and so is dense beside it (:func:`chain_precision`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import numpy as np
 
 from sparseloom.workload.metrics import get_metric
 
-__all__ = ["BOOTSTRAP_ROUNDS", "Judged", "judge", "judged_precision", "judging_report",
-           "paired_interval", "processor_for", "render_judging"]
+__all__ = ["BOOTSTRAP_ROUNDS", "Judged", "chain_precision", "judge", "judged_precision",
+           "judging_report", "paired_interval", "processor_for", "render_judging"]
 
 #: Resamples of the paired bootstrap (a 95% interval's ends move by about 0.1 point between
 #: seeds at this count on a few hundred rows).
@@ -36,7 +38,9 @@ class Judged:
     Attributes:
         task: the task.
         model: ``"dense"`` or the pick's choices joined by ``_`` (``"0_5"``).
-        precision: what it was computed in: ``f32`` (ONNX Runtime) or ``bf16`` (OpenVINO).
+        precision: what it was computed in: ``f32`` (ONNX Runtime) or ``bf16`` (OpenVINO);
+            one per position joined by ``>`` where the chain ran on both
+            (:func:`chain_precision`).
         rows: judging rows (0 when the task holds none out: then every figure is ``nan``).
         accuracy: the model's metric on the judging rows.
         dense: the dense model's, on the same rows and in the same precision.
@@ -89,6 +93,14 @@ def judged_precision(processor_precision: str) -> str:
     return "bf16" if processor_precision == "bf16" else "f32"
 
 
+def chain_precision(positions: Sequence[str]) -> str:
+    """The precision of a chain whose positions compute in ``positions`` (each ``f32`` or
+    ``bf16``): the one they share, else each position's joined by ``>`` (``bf16>f32``)."""
+    if not positions:
+        raise ValueError("a chain has at least one position")
+    return positions[0] if len(set(positions)) == 1 else ">".join(positions)
+
+
 def processor_for(precision: str) -> str:
     """The processor spec a judgement in ``precision`` runs on."""
     return "ov:CPU?INFERENCE_PRECISION_HINT=bf16" if precision == "bf16" else "ort:CPU"
@@ -121,7 +133,9 @@ def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
     """Judge ``pick`` (``None``: the dense model) of ``task`` on its judging rows.
 
     :param zoo: the task's subgraph zoo (a pick is merged from it into one model).
-    :param precision: ``f32`` or ``bf16`` (see :func:`processor_for`).
+    :param precision: ``f32`` or ``bf16`` (see :func:`processor_for`), or one per position
+        joined by ``>`` (:func:`chain_precision`): then the pick and dense run position by
+        position, each on its precision's processor.
     :param selection_drop: dense − the pick on the selection rows.
     :param margin: dense's selection accuracy − the task's accuracy SLO.
     :param dense_outputs: dense's scored output on the judging rows in ``precision``, when
@@ -138,12 +152,29 @@ def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
         return Judged(task.name, model, precision, 0, nan, nan, nan, nan, selection_drop,
                       margin), np.empty(0)
     judging = task.judging()
-    processor = processor_for(precision)
-    if dense_outputs is None:
-        dense_outputs = _scored(task, run_batched(task.model_path, judging.eval_inputs,
-                                                  processor=processor))
-    outputs = dense_outputs if pick is None else _scored(task, run_batched(
-        merged_path(zoo, pick), judging.eval_inputs, processor=processor))
+    positions = precision.split(">")
+    if len(positions) > 1:
+        from sparseloom.zoo.stitch import run_stitched
+
+        if len(positions) != zoo.positions:
+            raise ValueError(f"precision {precision!r} names {len(positions)} positions; "
+                             f"{task.name}'s zoo has {zoo.positions}")
+        processors = [processor_for(p) for p in positions]
+
+        def run(choices: Sequence[int]) -> np.ndarray:
+            return _scored(task, run_stitched(zoo, tuple(choices), judging.eval_inputs,
+                                              processors))
+
+        if dense_outputs is None:
+            dense_outputs = run((0,) * zoo.positions)
+        outputs = dense_outputs if pick is None else run(pick)
+    else:
+        processor = processor_for(precision)
+        if dense_outputs is None:
+            dense_outputs = _scored(task, run_batched(task.model_path, judging.eval_inputs,
+                                                      processor=processor))
+        outputs = dense_outputs if pick is None else _scored(task, run_batched(
+            merged_path(zoo, pick), judging.eval_inputs, processor=processor))
     score = get_metric(task.metric)
     labels = np.asarray(judging.labels)
     low, high = ((0.0, 0.0) if pick is None else

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from sparseloom.core.errors import ConfigError
@@ -79,6 +80,23 @@ def test_stock_ort_leaves_threads_at_onnxruntime_defaults() -> None:
     matched = backend._session_options(STOCK_RUNTIMES["stock-ort-matched"].processor("t", (0,)))
     assert stock.intra_op_num_threads == 0  # ONNX Runtime picks: the machine's cores
     assert matched.intra_op_num_threads == 1
+
+
+def test_each_policy_s_pick_is_judged_in_the_precision_of_each_position(
+        context: ServeContext) -> None:
+    from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.plan.api import make_plan
+
+    precisions = {"ov:CPU": "bf16", "ort:CPU": "f32"}
+    mixed = attrs.evolve(context, processor_precisions=precisions)
+    slos = dense_slos(mixed)
+    for policy in ("sparseloom", "sparseloom-loaded", "sv-ao-np"):
+        route = make_plan(mixed.profile, policy=policy, slos=slos).plan.processors_of("tiny")
+        computed = [precisions[p] for p in route]
+        want = computed[0] if len(set(computed)) == 1 else ">".join(computed)
+        assert mixed.served_precisions(slos, policy) == {"tiny": want}, policy
+    # A processor set without the table: OpenVINO in the set's precision, ORT in f32.
+    assert set(context.served_precisions(slos, "sparseloom").values()) == {"f32"}
 
 
 def test_closed_rounds_rotate_the_contenders_on_the_same_load(context: ServeContext) -> None:

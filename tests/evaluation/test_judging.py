@@ -78,3 +78,35 @@ def test_a_real_pick_is_judged_on_the_held_out_rows_only(tmp_path: Any) -> None:
     unsplit = attrs.evolve(task, held_out=None)
     nothing, _ = judge(unsplit, zoo, (0, 1), "f32", selection_drop=0.0, margin=0.01)
     assert nothing.rows == 0 and math.isnan(nothing.accuracy) and not nothing.within
+
+
+def test_a_chain_served_on_both_runtimes_is_judged_position_by_position() -> None:
+    import sparseloom
+    from sparseloom.evaluation.judging import chain_precision, processor_for
+    from sparseloom.workload.inference import run_batched
+    from sparseloom.workload.metrics import get_metric
+    from sparseloom.zoo.build import build_zoo
+    from sparseloom.zoo.options import ZooOptions
+
+    assert chain_precision(["f32", "f32"]) == "f32"
+    assert chain_precision(["bf16", "f32"]) == "bf16>f32"
+    task = sparseloom.load_workload("tiny", progress=False).task("tiny")
+    zoo = build_zoo(task, ZooOptions(subgraphs=2, variants=("dense", "int8")), progress=False)
+    held = task.judging()
+
+    def chained(choices: tuple[int, int]) -> float:
+        """Each position's subgraph on its own processor, by hand."""
+        tensors = dict(held.eval_inputs)
+        for position, (choice, precision) in enumerate(zip(choices, ("bf16", "f32"),
+                                                           strict=True)):
+            feed = {n: tensors[n] for n in zoo.boundary(position).input_names}
+            tensors |= run_batched(zoo.subgraph_path(position, choice), feed,
+                                   processor=processor_for(precision))
+        return get_metric(task.metric)(tensors[task.output_names[0]], held.labels)
+
+    pick, _ = judge(task, zoo, (0, 1), "bf16>f32", selection_drop=0.0, margin=0.01)
+    assert pick.precision == "bf16>f32" and pick.rows == held.num_eval
+    assert pick.accuracy == pytest.approx(chained((0, 1)), abs=1e-12)
+    assert pick.dense == pytest.approx(chained((0, 0)), abs=1e-12)
+    with pytest.raises(ValueError, match="names 3 positions; tiny's zoo has 2"):
+        judge(task, zoo, (0, 1), "bf16>f32>f32", selection_drop=0.0, margin=0.01)
