@@ -181,8 +181,8 @@ def _task_rate_lines(scenario: str, result: dict[str, Any]) -> list[str]:
     accuracy), and per sparseloom policy its slowest task against the best stock runtime."""
     rates = result["task_rates"]
     tasks = sorted({t for per_task in rates.values() for t in per_task})
-    own = (" (requests ÷ seconds to its own last request: a light task ends before the "
-           "makespan does)" if scenario == "closed" else "")
+    own = (" (its requests ÷ the seconds from its first to its last: a light task ends "
+           "before the makespan does)" if scenario == "closed" else "")
     lines = ["", f"Each task's rate, requests/s{own}, median [min–max] over the rounds at "
                  f"equal accuracy:", "", "| contender | " + " | ".join(tasks) + " |",
              "|---|" + "---|" * len(tasks)]

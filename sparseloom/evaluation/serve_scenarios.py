@@ -70,7 +70,7 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
     compare throughput at equal accuracy.
 
     The headline is a makespan (N requests per task, until the last ends). Beside it, each
-    task's own rate (its N ÷ the time to its own last request,
+    task's own rate (its N ÷ the time from its first request to its last,
     :attr:`~sparseloom.runtime.summary.TaskResult.own_throughput_rps`) per contender
     (``task_rates``), and per sparseloom policy and round its lowest task rate ÷ that task's
     rate under the round's fastest stock runtime (``worst_task``): a policy that wins the

@@ -43,6 +43,7 @@ class TaskCounters:
         latency_sum_ms: summed latency of every completed request (the mean's numerator).
         written: outcomes written to the ring so far (its cursor).
         scored: (eval row, output batch) of the last eval-set requests served.
+        first_submitted_s: ``time.perf_counter()`` at its first admitted request (inf: none).
         last_completed_s: ``time.perf_counter()`` when its last served request ended (0: none).
     """
 
@@ -54,6 +55,7 @@ class TaskCounters:
     rejected: int = 0
     latency_sum_ms: float = 0.0
     written: int = 0
+    first_submitted_s: float = math.inf
     last_completed_s: float = 0.0
     scored: collections.deque[tuple[int, Any]] = attrs.field(
         factory=lambda: collections.deque(maxlen=SCORE_WINDOW))
@@ -70,6 +72,11 @@ class TaskCounters:
         self._ended_s[slot] = ended_s
         self._latency_ms[slot] = latency_ms
         self.written += 1
+
+    def submitted_one(self, submitted_s: float) -> None:
+        """Count an admitted request (``submitted_s``: when it was submitted)."""
+        self.submitted += 1
+        self.first_submitted_s = min(self.first_submitted_s, submitted_s)
 
     def completed_one(self, request: Request, latency_ms: float) -> None:
         """Count a served request: its latency, its route and (eval rows) its output."""

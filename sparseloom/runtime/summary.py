@@ -58,9 +58,10 @@ class TaskResult:
     #: What it served, judged on eval rows selection never saw, on the selection scale
     #: (``bench serve`` fills it in: :mod:`sparseloom.evaluation.judging`); ``nan`` elsewhere.
     accuracy_judged: float = math.nan
-    #: Served requests ÷ seconds from the load's start to this task's last served request: its
-    #: own rate. In a closed run of N requests per task a light task ends before the run does,
-    #: and ``throughput_rps`` (÷ the whole run) understates it; ``nan`` when none was served.
+    #: Served requests ÷ seconds from this task's first request to its last served one: its
+    #: own rate. In a closed run of N requests per task a light task ends before the run does
+    #: (and one that joins late starts after it), and ``throughput_rps`` (÷ the whole run)
+    #: understates it; ``nan`` when none was served.
     own_throughput_rps: float = math.nan
 
     @property
@@ -224,7 +225,8 @@ def _task_result(runtime: Runtime, name: str, wall_s: float, started_s: float) -
         by_route = counters.served()
         latencies = counters.latencies()
         submitted, completed = counters.submitted, counters.completed
-        own_s = counters.last_completed_s - started_s
+        own_s = counters.last_completed_s - min(max(counters.first_submitted_s, started_s),
+                                                counters.last_completed_s)
     served: dict[str, int] = collections.Counter()
     counts: dict[tuple[int, ...], int] = collections.Counter()
     for route, count in by_route.items():

@@ -63,7 +63,7 @@ class TaskState:
             raise Overloaded(f"task {request.task!r} has {bound} requests queued (the bound); "
                              f"this one was refused: the load exceeds what the processors "
                              f"serve. Retry later, send fewer, or raise max_queued")
-        self.counters.submitted += 1
+        self.counters.submitted_one(request.submitted_s)
         if self.route is None or self.pending is not None:
             self.held.append(request)
             return False

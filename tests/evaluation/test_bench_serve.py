@@ -276,7 +276,7 @@ def test_cli_writes_the_report(tmp_path: Path, tiny: tuple[Any, Any]) -> None:
     assert (out / "report.md").is_file() and (out / "serve_closed.png").is_file()
     # Each task's own rate beside the makespan, from the runs at equal accuracy.
     assert "sparseloom" in closed["task_rates"] and "sparseloom" in closed["worst_task"]
-    assert "Each task's rate, requests/s (requests ÷ seconds to its own last" in markdown
+    assert "Each task's rate, requests/s (its requests ÷ the seconds from its first" in markdown
 
 
 def test_foreign_load_counts_other_processes_not_this_one() -> None:
