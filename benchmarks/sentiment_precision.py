@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
@@ -26,12 +25,11 @@ def main() -> None:
 
     import onnxruntime as ort
     import openvino as ov
+    from _rounds import interleaved, sentiment_row
 
     from sparseloom.workload.evaluate import evaluate
-    from sparseloom.workload.load import load_workload
 
-    task = load_workload("default", tasks=["sentiment"], progress=False).task("sentiment")
-    row = {name: array[:1] for name, array in task.eval_inputs.items()}
+    task, row = sentiment_row()
     core = ov.Core()
     calls = {}
     for precision in ("f32", "bf16"):
@@ -52,22 +50,9 @@ def main() -> None:
     for spec in ("ort:CPU", "ov:CPU", "ov:CPU?INFERENCE_PRECISION_HINT=bf16"):
         print(f"accuracy on the whole eval set ({task.num_eval} rows), {spec}: "
               f"{evaluate(task, processor=spec):.4f}")
-    names = list(calls)
-    p50 = {name: [] for name in names}
-    for round_ in range(args.rounds):
-        order = names[round_ % len(names):] + names[:round_ % len(names)]  # rotated each round
-        for name in order:
-            call = calls[name]
-            for _ in range(10):
-                call()
-            times = []
-            for _ in range(args.calls):
-                start = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - start)
-            p50[name].append(float(np.median(times)) * 1e3)
+    p50 = interleaved(calls, args.rounds, args.calls, 50)
     base = np.asarray(p50["ov f32 1t"])
-    for name in names:
+    for name in calls:
         values = np.asarray(p50[name])
         ratio = base / values
         print(f"{name:12s} p50 {np.median(values):.2f} ms [{values.min():.2f}-{values.max():.2f}]"
