@@ -152,29 +152,24 @@ def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
         return Judged(task.name, model, precision, 0, nan, nan, nan, nan, selection_drop,
                       margin), np.empty(0)
     judging = task.judging()
-    positions = precision.split(">")
-    if len(positions) > 1:
-        from sparseloom.zoo.stitch import run_stitched
+    processors = [processor_for(p) for p in precision.split(">")]
+    if len(processors) > 1 and len(processors) != zoo.positions:
+        raise ValueError(f"precision {precision!r} names {len(processors)} positions; "
+                         f"{task.name}'s zoo has {zoo.positions}")
 
-        if len(positions) != zoo.positions:
-            raise ValueError(f"precision {precision!r} names {len(positions)} positions; "
-                             f"{task.name}'s zoo has {zoo.positions}")
-        processors = [processor_for(p) for p in positions]
+    def run(choices: Sequence[int] | None) -> np.ndarray:
+        """Dense (``None``) or a pick: merged on one processor, or position by position."""
+        if len(processors) > 1:
+            from sparseloom.zoo.stitch import run_stitched
 
-        def run(choices: Sequence[int]) -> np.ndarray:
-            return _scored(task, run_stitched(zoo, tuple(choices), judging.eval_inputs,
-                                              processors))
+            chain = (0,) * zoo.positions if choices is None else tuple(choices)
+            return _scored(task, run_stitched(zoo, chain, judging.eval_inputs, processors))
+        model = task.model_path if choices is None else merged_path(zoo, choices)
+        return _scored(task, run_batched(model, judging.eval_inputs, processor=processors[0]))
 
-        if dense_outputs is None:
-            dense_outputs = run((0,) * zoo.positions)
-        outputs = dense_outputs if pick is None else run(pick)
-    else:
-        processor = processor_for(precision)
-        if dense_outputs is None:
-            dense_outputs = _scored(task, run_batched(task.model_path, judging.eval_inputs,
-                                                      processor=processor))
-        outputs = dense_outputs if pick is None else _scored(task, run_batched(
-            merged_path(zoo, pick), judging.eval_inputs, processor=processor))
+    if dense_outputs is None:
+        dense_outputs = run(None)
+    outputs = dense_outputs if pick is None else run(pick)
     score = get_metric(task.metric)
     labels = np.asarray(judging.labels)
     low, high = ((0.0, 0.0) if pick is None else

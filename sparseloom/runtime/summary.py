@@ -225,8 +225,7 @@ def _task_result(runtime: Runtime, name: str, wall_s: float, started_s: float) -
         by_route = counters.served()
         latencies = counters.latencies()
         submitted, completed = counters.submitted, counters.completed
-        own_s = counters.last_completed_s - min(max(counters.first_submitted_s, started_s),
-                                                counters.last_completed_s)
+        own_s = counters.last_completed_s - max(counters.first_submitted_s, started_s)
     served: dict[str, int] = collections.Counter()
     counts: dict[tuple[int, ...], int] = collections.Counter()
     for route, count in by_route.items():
