@@ -260,7 +260,7 @@ def _demo_serving(workload: str, processors: tuple[str, ...] = ()
     (2–4 points of standard error, against picks within a point of their SLO).
     """
     from sparseloom.cli.run import load_profiled
-    from sparseloom.evaluation.contenders import ServeContext
+    from sparseloom.evaluation.contenders import profile_context
     from sparseloom.evaluation.serve_figures import dense_slos, isolated_dense_ms
     from sparseloom.runtime.stats import SCORE_WINDOW
     from sparseloom.zoo.load import load_zoo
@@ -269,7 +269,7 @@ def _demo_serving(workload: str, processors: tuple[str, ...] = ()
     loaded, profile = load_profiled(workload, progress=False, processors=processors)
     zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
             for name in profile.tasks}
-    context = ServeContext(loaded, profile, zoos, ())
+    context = profile_context(loaded, profile, zoos)
     iso = isolated_dense_ms(context)
     queries = min(SCORE_WINDOW, max(task.num_eval for task in loaded.tasks))
     return dense_slos(context, {t: DEMO_K * ms for t, ms in iso.items()}), queries

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sparseloom.evaluation.contenders import ServeContext, select_contenders
+from sparseloom.evaluation.contenders import ServeContext, profile_context, select_contenders
 from sparseloom.evaluation.serve_figures import (
     QUIET_FOREIGN_CORES,
     QUIET_LOAD,
@@ -55,25 +55,18 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     :raises BenchInterrupted: Ctrl-C (a ``KeyboardInterrupt``), anywhere in the benchmark: it
         stops at once and carries the report of what was measured, marked ``incomplete``.
     """
+    from sparseloom.evaluation.judging import judging_report
+    from sparseloom.evaluation.pick_speedup import pick_speedups
     from sparseloom.runtime.kept import keep_loaded
     from sparseloom.runtime.session import profile_processors
 
     options = options or BenchOptions()
     chosen = select_contenders(contenders)
-    from sparseloom.core.processors import openvino_cpu_precision
-    from sparseloom.evaluation.judging import judged_precision, judging_report
-    from sparseloom.evaluation.pick_speedup import pick_speedups
-    from sparseloom.evaluation.stock import openvino_precision
-
+    context = profile_context(workload, profile, zoos, memory_budget=options.memory_budget,
+                              tuning_queries=options.tuning_queries,
+                              choose_above=options.choose_above / 100, progress=progress)
     processors = profile_processors(profile)
-    cores = tuple(sorted({c for p in processors for c in p.cores}))
-    precision = openvino_precision(processors)
-    context = ServeContext(workload, profile, zoos, cores, precision, options.memory_budget,
-                           tuning_queries=options.tuning_queries,
-                           choose_above=options.choose_above / 100,
-                           bf16=openvino_cpu_precision() == "bf16", progress=progress,
-                           processor_precisions={p.name: judged_precision(openvino_precision(
-                               [p])) for p in processors})
+    cores, precision = context.cores, context.precision
     recorder = Recorder(progress)
     report: dict[str, Any] = {"workload": workload.name, "machine": machine(),
                               "options": _options(options), "contenders": [

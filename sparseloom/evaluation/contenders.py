@@ -264,6 +264,28 @@ class ServeContext:
         return self.judgements[key]
 
 
+def profile_context(workload: Any, profile: Any, zoos: Mapping[str, Any], **settings: Any
+                    ) -> ServeContext:
+    """The :class:`ServeContext` of ``profile``'s own processors: their cores, the precision
+    of its OpenVINO processor and each processor's judged precision, so that every command
+    (``bench serve``, the demo) judges a pick in the precision it is served in.
+
+    :param settings: the other fields of :class:`ServeContext` (``memory_budget``,
+        ``tuning_queries``, ``choose_above``, ``progress``).
+    """
+    from sparseloom.core.processors import openvino_cpu_precision
+    from sparseloom.evaluation.stock import openvino_precision
+    from sparseloom.runtime.models import profile_processors
+
+    processors = profile_processors(profile)
+    return ServeContext(workload, profile, zoos,
+                        tuple(sorted({c for p in processors for c in p.cores})),
+                        openvino_precision(processors),
+                        bf16=openvino_cpu_precision() == "bf16",
+                        processor_precisions={p.name: judged_precision(openvino_precision([p]))
+                                              for p in processors}, **settings)
+
+
 def _slo_key(slos: Mapping[str, SLO]) -> tuple[tuple[str, float, float], ...]:
     return tuple(sorted((t, s.accuracy, s.latency_ms) for t, s in slos.items()))
 

@@ -14,7 +14,12 @@ import attrs
 import pytest
 
 from sparseloom.core.errors import ConfigError
-from sparseloom.evaluation.contenders import ServeContext, all_contenders, select_contenders
+from sparseloom.evaluation.contenders import (
+    ServeContext,
+    all_contenders,
+    profile_context,
+    select_contenders,
+)
 from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
 from sparseloom.evaluation.stock import STOCK_RUNTIMES
 
@@ -31,15 +36,13 @@ def tiny() -> tuple[Any, Any]:
 
 @pytest.fixture(scope="module")
 def context(tiny: tuple[Any, Any]) -> ServeContext:
-    from sparseloom.runtime.session import profile_processors
     from sparseloom.zoo.load import load_zoo
     from sparseloom.zoo.options import zoo_directory
 
     workload, profile = tiny
     zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
             for name in profile.tasks}
-    cores = tuple(sorted({c for p in profile_processors(profile) for c in p.cores}))
-    return ServeContext(workload, profile, zoos, cores)
+    return profile_context(workload, profile, zoos)
 
 
 def test_every_policy_and_stock_runtime_contends_once() -> None:
@@ -84,6 +87,7 @@ def test_stock_ort_leaves_threads_at_onnxruntime_defaults() -> None:
 
 def test_each_policy_s_pick_is_judged_in_the_precision_of_each_position(
         context: ServeContext) -> None:
+    from sparseloom.core.processors import openvino_cpu_precision
     from sparseloom.evaluation.serve_figures import dense_slos
     from sparseloom.plan.api import make_plan
 
@@ -96,7 +100,11 @@ def test_each_policy_s_pick_is_judged_in_the_precision_of_each_position(
         want = computed[0] if len(set(computed)) == 1 else ">".join(computed)
         assert mixed.served_precisions(slos, policy) == {"tiny": want}, policy
     # A processor set without the table: OpenVINO in the set's precision, ORT in f32.
-    assert set(context.served_precisions(slos, "sparseloom").values()) == {"f32"}
+    bare = attrs.evolve(context, precision="f32", processor_precisions={})
+    assert set(bare.served_precisions(slos, "sparseloom").values()) == {"f32"}
+    # The profile's own (default) processors: OpenVINO in bf16 where this CPU computes it.
+    ov = "bf16" if openvino_cpu_precision() == "bf16" else "f32"
+    assert context.processor_precisions == {"ov:CPU": ov, "ort:CPU": "f32"}
 
 
 def test_closed_rounds_rotate_the_contenders_on_the_same_load(context: ServeContext) -> None:
