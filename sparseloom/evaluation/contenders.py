@@ -310,7 +310,8 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
 
     if stock.tuned:
         picks = context.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None
-        tuned = context.tuned(stock.name, slos)
+        # Where requests queue, a task serves as many at once as it has cores.
+        tuned = attrs.evolve(context.tuned(stock.name, slos), queued=spec.kind == "poisson")
         summary = serve_stock(context.workload, context.zoos, tuned, spec, slos, picks=picks)
         precisions = {t: judged_precision(openvino_precision([tuned.processor(t)]))
                       for t in summary_tasks(summary)}

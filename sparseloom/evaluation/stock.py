@@ -34,6 +34,10 @@ included; sparseloom's runtime and the tuned ones serve them with the batch fixe
 
 Requests of one task run one after another (one session per task, one caller thread); tasks
 run concurrently and the operating system time-slices them, as it does for a user's threads.
+Where requests queue (Poisson arrivals: the capacity and grid scenarios) the tuned runtimes
+serve a task given n > 1 cores as n sessions of one thread, one per core, each request on the
+least busy (``Route.replicas``): as many at once as it has cores, what OpenVINO's THROUGHPUT
+streams or one ONNX Runtime session per core give a user.
 """
 
 from __future__ import annotations
@@ -98,6 +102,10 @@ class StockRuntime:
         return Processor(name, self.backend, device, threads=len(allowed_cores()),
                          options=options)
 
+    def replicas(self, task: str) -> list[Processor]:
+        """More sessions serving ``task`` beside :meth:`processor`'s: none (one per task)."""
+        return []
+
     def describe(self, cores: Sequence[int], precision: str = "f32") -> str:
         """The configuration in words, for the report."""
         if self.tuned:
@@ -144,6 +152,8 @@ class ServedStock(Protocol):
     def processor(self, task: str, cores: Sequence[int], precision: str = "f32"
                   ) -> Processor: ...
 
+    def replicas(self, task: str) -> list[Processor]: ...
+
     def describe(self, cores: Sequence[int], precision: str = "f32") -> str: ...
 
 
@@ -153,9 +163,13 @@ class _WholePlan:
 
     variants: Mapping[str, StitchedVariant]
     placement: Mapping[str, str]
+    replicas: Mapping[str, tuple[str, ...]]
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         return (self.placement[task],)
+
+    def replicas_of(self, task: str) -> tuple[str, ...]:
+        return self.replicas[task]
 
 
 def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: ServedStock,
@@ -184,17 +198,19 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: ServedStoc
                               f"tasks' zoos; none given")
     names = list(workload.task_names if tasks is None else tasks)
     cores = tuple(cores) or allowed_cores()
-    served, processors, variants, placement = [], [], {}, {}
+    served, processors, variants, placement, replicas = [], [], {}, {}, {}
     for name in names:
         task = workload.task(name)
         chosen = [tuple(picks[name])] if stock.picks and picks else []
         zoo = whole_model_zoo(task, zoos[name] if chosen and zoos else None, chosen)
         served.append(RuntimeTask(task, zoo, slos[name]))
         processor = stock.processor(name, cores, precision)
-        processors.append(processor)
+        more = stock.replicas(name)
+        processors += [processor, *more]
         variants[name] = StitchedVariant(name, (1 if chosen else 0,))
         placement[name] = processor.name
-    plan = _WholePlan(variants, placement)
+        replicas[name] = tuple(p.name for p in more)
+    plan = _WholePlan(variants, placement, replicas)
     # Untuned: the model files as a user has them, symbolic batch and all (sparseloom's own
     # runtime and the tuned ones fix it to 1, docs/evaluation.md).
     runtime = Runtime(served, processors, options=RuntimeOptions(batch_one=stock.batch_one),

@@ -17,6 +17,10 @@ of a benchmark, on the machine it runs on:
    bottleneck — the busiest core's summed latencies of the tasks it runs (one request of
    each task, the closed scenario's work) — by an exact branch-and-bound search that places
    the slowest task first; ties go to the least total core time.
+3. **Queues** (:attr:`Choice.queued_config`): where requests queue (capacity, grid), a task
+   given n > 1 cores serves them as n one-thread sessions, one per core, each request on the
+   least busy, when its fastest one-thread configuration measured faster than n × its
+   choice's latency (n at once beat one at a time on n threads); else one at a time.
 
 ``picks-tuned`` runs the same search on each task's merged stitched variant (the picks of a
 sparseloom policy), so that picks-tuned ÷ stock-tuned is what the variants buy and
@@ -95,6 +99,10 @@ class Choice:
     config: Config
     cores: tuple[int, ...]
     latency_ms: float
+    #: Where requests queue: the one-thread configuration that serves more per second on
+    #: each core of :attr:`cores` than :attr:`config` does on all of them (measured), else
+    #: ``None`` (the task serves queued requests one at a time, as :attr:`config`).
+    queued_config: Config | None = None
 
     def processor(self, task: str) -> Processor:
         """The processor (session configuration) that serves ``task``."""
@@ -102,6 +110,16 @@ class Choice:
             "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": self.config.precision}
         return Processor(f"{self.config.backend}:CPU@{task}", self.config.backend, "CPU",
                          threads=self.config.threads, cores=self.cores, options=options)
+
+    def queued_processors(self, task: str) -> list[Processor]:
+        """The sessions that serve ``task``'s queued requests, each request on the least busy:
+        one per core in :attr:`queued_config` (the first keeps :meth:`processor`'s name),
+        else :meth:`processor`'s alone."""
+        if self.queued_config is None:
+            return [self.processor(task)]
+        one = attrs.evolve(self, config=self.queued_config).processor(task)
+        return [attrs.evolve(one, cores=(core,), name=one.name + (f"#{i}" if i else ""))
+                for i, core in enumerate(self.cores)]
 
 
 @attrs.frozen
@@ -121,17 +139,34 @@ class TunedRuntime:
     makespan_ms: float = math.nan
     #: Served with the batch fixed to 1 (a user's one call to fix it).
     batch_one: bool = True
+    #: Serves requests that queue (Poisson arrivals): a task whose one-thread sessions, one
+    #: per core, serve more per second than its choice (:attr:`Choice.queued_config`) runs
+    #: them, each request on the least busy.
+    queued: bool = False
 
     def processor(self, task: str, cores: Sequence[int] = (), precision: str = "f32"
                   ) -> Processor:
         """The processor of ``task`` (``cores`` and ``precision`` are the search's own)."""
+        if self.queued:
+            return self.choices[task].queued_processors(task)[0]
         return self.choices[task].processor(task)
+
+    def replicas(self, task: str) -> list[Processor]:
+        """The sessions serving ``task`` beside :meth:`processor`'s: with :attr:`queued`, one
+        per further core where :attr:`Choice.queued_config` says so; else none."""
+        return self.choices[task].queued_processors(task)[1:] if self.queued else []
 
     def describe(self, cores: Sequence[int] = (), precision: str = "f32") -> str:
         """Each task's configuration in words, for the report."""
         what = "sparseloom's picks merged" if self.picks else "dense models"
+        def each(c: Choice) -> str:
+            if self.queued and c.queued_config is not None:
+                return (f"{c.queued_config.describe()}, one session per core (requests "
+                        f"queue)")
+            return c.config.describe()
+
         return f"{what}, batch 1: " + "; ".join(
-            f"{task} {c.config.describe()} on core{'s' * (len(c.cores) > 1)} "
+            f"{task} {each(c)} on core{'s' * (len(c.cores) > 1)} "
             f"{','.join(map(str, c.cores))}" for task, c in self.choices.items())
 
 
@@ -269,8 +304,13 @@ def tune(name: str, measured: Sequence[Measured], cores: Sequence[int], picks: b
                               f"accuracy SLO (the report's tuning table says which)")
     latency = {t: {n: m.latency_ms for n, m in fastest[t].items()} for t in tasks}
     partition, makespan = best_partition(latency, cores)
-    choices = {t: Choice(fastest[t][len(partition[t])].config, partition[t],
-                         fastest[t][len(partition[t])].latency_ms) for t in tasks}
+    choices = {}
+    for task in tasks:
+        chosen, one = fastest[task][len(partition[task])], fastest[task].get(1)
+        per_core = one is not None and len(partition[task]) > 1 and \
+            len(partition[task]) * chosen.latency_ms > one.latency_ms
+        choices[task] = Choice(chosen.config, partition[task], chosen.latency_ms,
+                               one.config if per_core and one is not None else None)
     return TunedRuntime(name, picks, choices, makespan)
 
 

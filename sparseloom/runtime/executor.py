@@ -1,12 +1,13 @@
 """The runtime: workers per processor, pipelined requests, retries, switches and the invariant.
 
 A request of task ``t`` walks its route: stage ``j`` runs on the worker of ``route.processors[j]``
-(or the processor a policy's ``dispatch`` picks); its boundary tensors then go to the next
-stage's worker queue, so requests of different tasks and positions overlap on processors. Every
-request ends once, completed or failed with its reason (only :meth:`Runtime._finish` ends one):
-``submitted == completed + failed``, and its future is resolved there. Memory is bounded: rings
-and counters per task (:mod:`sparseloom.runtime.stats`), the newest ``keep_requests`` ended
-requests, ``record_sink`` streams the rest; a task refuses more than ``max_queued``.
+(or the processor a policy's ``dispatch`` picks, or the least busy of a route's replicas); its
+boundary tensors then go to the next stage's worker queue, so requests of different tasks and
+positions overlap on processors. Every request ends once, completed or failed with its reason (only
+:meth:`Runtime._finish` ends one): ``submitted == completed + failed``, and its future is resolved
+there. Memory is bounded: rings and counters per task (:mod:`sparseloom.runtime.stats`), the newest
+``keep_requests`` ended requests, ``record_sink`` streams the rest; a task refuses more than
+``max_queued``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from sparseloom.runtime.options import RuntimeOptions as RuntimeOptions  # re-ex
 from sparseloom.runtime.records import SwitchEvent
 from sparseloom.runtime.request import RELEASED, Request, Route
 from sparseloom.runtime.taskstate import TaskState, resolve_future
-from sparseloom.runtime.worker import ModelKey, ProcessorWorker, StageHandler
+from sparseloom.runtime.worker import ModelKey, ProcessorWorker, StageHandler, least_busy
 
 #: GIL switch interval while serving. CPython's 5 ms default let a control-thread job in
 #: Python (on_feedback, planning) keep a worker that returned from its model call waiting up
@@ -105,8 +106,8 @@ class Runtime(StageHandler):
         self._output_names = {name: task.output_name for name, task in self.tasks.items()}
         self._switch_interval: float | None = None
         self._next_feedback_s = 0.0
-        # Run on the control thread when a processor is marked down and when a verdict is due to
-        # the policy; switching.start installs them, so this does not import the layer above.
+        # Run on the control thread when a processor is marked down and when a verdict is due
+        # (installed by switching.start: this module does not import the layer above).
         self.on_down: Callable[[], None] = lambda: None
         self.on_verdict: Callable[[], None] = lambda: None
 
@@ -115,10 +116,9 @@ class Runtime(StageHandler):
     def start_workers(self) -> None:
         """Start every worker thread and the control thread.
 
-        While the runtime serves, the GIL switch interval is :data:`SWITCH_INTERVAL_S` (a
-        worker back from a model call while the control thread runs Python waits at most that
-        long, not CPython's 5 ms) and, unless ``options.freeze_heap`` is off, the heap is frozen
-        (:mod:`sparseloom.runtime.heap`).
+        While the runtime serves, the GIL switch interval is :data:`SWITCH_INTERVAL_S` (a worker
+        back from a model call waits at most that long for the control thread, not CPython's
+        5 ms) and the heap is frozen unless ``options.freeze_heap`` is off (:mod:`.heap`).
         """
         if self._switch_interval is None:
             self._switch_interval = sys.getswitchinterval()
@@ -151,8 +151,7 @@ class Runtime(StageHandler):
         return self.submitted - self.completed - self.failed
 
     def drain(self, timeout_s: float = 60.0) -> int:
-        """Wait until every submitted request ended; fail the rest explicitly after
-        ``timeout_s``. Returns how many were failed by the drain."""
+        """Wait for every submitted request to end; fail the rest after ``timeout_s`` (how many)."""
         deadline = time.monotonic() + timeout_s
         with self._idle:
             self._draining = True
@@ -210,6 +209,8 @@ class Runtime(StageHandler):
                     ) -> ProcessorWorker:
         route = request.routed
         position = request.stage
+        if route.replicas:
+            return least_busy([self.workers[n] for n in route.processors[:1] + route.replicas])
         worker = self.workers[route.processors[position]]
         if self.dispatcher is None and not worker.down:
             return worker
@@ -299,8 +300,7 @@ class Runtime(StageHandler):
         with worker.mutex:
             worker.consecutive_failures += 1
             down = not worker.down and worker.consecutive_failures >= self.options.down_after
-            if down:
-                worker.down = True
+            worker.down = worker.down or down
         if down:
             self.notes.append(f"processor {worker.name} marked down after "
                               f"{worker.consecutive_failures} consecutive failures")

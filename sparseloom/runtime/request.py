@@ -50,6 +50,10 @@ class Route:
             (``Plan.wide_when_quiet``; :meth:`ProcessorWorker.quiet`).
         merged: the whole chain, on one processor, runs as the stitched variant merged into
             one model (``Plan.merged``): a route of one stage.
+        replicas: other workers holding a one-stage route's model beside its processor (a
+            stock runtime's sessions of one task, one per core): each request runs on the
+            least busy of them (:func:`~sparseloom.runtime.worker.least_busy`), so as many
+            run at once as there are replicas.
     """
 
     variant: StitchedVariant
@@ -58,6 +62,7 @@ class Route:
     wide: bool = False
     merged: bool = attrs.field(default=False)
     quiet: bool = False
+    replicas: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     #: The key a worker finds each stage's model by (:data:`~sparseloom.runtime.worker.
     #: ModelKey`): ``(task, position, variant)`` per position, or the one merged model's;
     #: built once per route so the hot path allocates no key per stage.
@@ -80,6 +85,13 @@ class Route:
             raise ValueError(f"route of {self.variant} on {'>'.join(self.processors)} cannot "
                              f"run merged: a merged chain runs on one processor")
 
+    @replicas.validator
+    def _check_replicas(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+        if value and (len(set(self.processors)) != 1 or self.processors[0] in value):
+            raise ValueError(f"route of {self.variant} on {'>'.join(self.processors)}: "
+                             f"replicas {', '.join(value)} serve a route of one processor, "
+                             f"beside it, never it again")
+
     @property
     def task(self) -> str:
         """The task name."""
@@ -99,13 +111,15 @@ class Route:
         """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (merged, wide)`` for a merged, wide route)."""
         wide = "wide when quiet" if self.quiet else "wide"
         flags = ", ".join(f for f, on in (("merged", self.merged), (wide, self.wide)) if on)
-        return f"{self.variant} @ {'>'.join(self.processors)}{f' ({flags})' if flags else ''}"
+        where = "|".join(self.processors[:1] + self.replicas) if self.replicas else \
+            ">".join(self.processors)
+        return f"{self.variant} @ {where}{f' ({flags})' if flags else ''}"
 
     def same_path(self, other: Route) -> bool:
         """Whether ``other`` runs the same models on the same processors, as wide."""
         return (self.variant == other.variant and self.processors == other.processors
                 and self.wide == other.wide and self.merged == other.merged
-                and self.quiet == other.quiet)
+                and self.quiet == other.quiet and self.replicas == other.replicas)
 
 
 @attrs.define(eq=False)

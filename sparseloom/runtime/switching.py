@@ -46,7 +46,9 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
         if task not in runtime.tasks:
             continue
         processors = plan_processors(plan, task)
-        missing = [p for p in processors if p not in runtime.workers]
+        replicas_of = getattr(plan, "replicas_of", None)
+        replicas = tuple(replicas_of(task)) if callable(replicas_of) else ()
+        missing = [p for p in processors + replicas if p not in runtime.workers]
         if missing:
             raise RuntimeServeError(
                 f"the plan places task {task!r} on {', '.join(missing)}, which this run does "
@@ -57,7 +59,8 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
         merged = _merges(runtime, plan, task, processors, version)
         routes[task] = Route(variant, processors, version,
                              wide=task in tuple(getattr(plan, "wide", ())), merged=merged,
-                             quiet=task in tuple(getattr(plan, "wide_when_quiet", ())))
+                             quiet=task in tuple(getattr(plan, "wide_when_quiet", ())),
+                             replicas=replicas)
     return routes
 
 
@@ -97,12 +100,13 @@ def _merges(runtime: Runtime, plan: Any, task: str, processors: tuple[str, ...],
 
 
 def route_keys(runtime: Runtime, route: Route) -> list[tuple[ModelKey, str]]:
-    """(model, processor) pairs a route needs loaded: its own placement, and with a
-    dispatching policy every processor that is up (it may send the subgraph anywhere)."""
+    """(model, processor) pairs a route needs loaded: its own placement and replicas, and
+    with a dispatching policy every processor that is up (it may send the subgraph
+    anywhere)."""
     pairs = []
     # A merged route has one key, on its one processor (zip stops there).
     for key, processor in zip(route.keys, route.processors, strict=False):
-        targets = [processor]
+        targets = [processor, *route.replicas]
         if runtime.dispatcher is not None:
             targets += [n for n, w in runtime.workers.items() if not w.down and n != processor]
         pairs += [(key, target) for target in targets]

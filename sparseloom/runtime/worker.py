@@ -372,3 +372,11 @@ class ProcessorWorker:
                 if following is not None:
                     following.put(request)
                 return
+
+
+def least_busy(workers: list[ProcessorWorker]) -> ProcessorWorker:
+    """Of ``workers`` (replicas of one model, :attr:`Route.replicas
+    <sparseloom.runtime.request.Route.replicas>`), the one with the fewest requests running
+    and queued; the first on a tie, and the first when every one is down."""
+    up = [w for w in workers if not w.down] or workers[:1]
+    return min(up, key=lambda w: w.active + w.queued())
