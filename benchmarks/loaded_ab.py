@@ -76,13 +76,11 @@ def main() -> None:
     from sparseloom.api import build_zoos
     from sparseloom.core.registry import get_registry
     from sparseloom.evaluation import serve_grid, serve_scenarios
-    from sparseloom.evaluation.contenders import ServeContext, select_contenders
+    from sparseloom.evaluation.contenders import profile_context, select_contenders
     from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
-    from sparseloom.evaluation.stock import openvino_precision
     from sparseloom.profile.builder import build_profile
     from sparseloom.runtime.heap import SURVIVOR_FREEZE
     from sparseloom.runtime.models import keep_loaded
-    from sparseloom.runtime.session import profile_processors
     from sparseloom.workload.load import load_workload
 
     SURVIVOR_FREEZE.install()  # as the console script runs
@@ -92,9 +90,7 @@ def main() -> None:
     zoos = build_zoos(workload, progress=False)
     profile = build_profile(workload, zoos=zoos, progress=False,
                             processors=args.processor or None)
-    processors = profile_processors(profile)
-    cores = tuple(sorted({c for p in processors for c in p.cores}))
-    context = ServeContext(workload, profile, zoos, cores, openvino_precision(processors))
+    context = profile_context(workload, profile, zoos)
     recorder = Recorder(None)
     contenders = select_contenders(["sparseloom-loaded", without.name])
     print(f"1-minute load before: {os.getloadavg()[0]:.2f}")

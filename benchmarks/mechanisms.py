@@ -479,18 +479,11 @@ def main() -> None:
 def _context(workload: str, processors: tuple[str, ...]) -> Any:
     """The workload, its profile and zoos as ``sparseloom bench serve`` builds them (cached)."""
     from sparseloom.cli.run import load_profiled
-    from sparseloom.evaluation.contenders import ServeContext
-    from sparseloom.evaluation.stock import openvino_precision
-    from sparseloom.runtime.session import profile_processors
-    from sparseloom.zoo.load import load_zoo
-    from sparseloom.zoo.options import zoo_directory
+    from sparseloom.evaluation.contenders import profile_context
+    from sparseloom.zoo.load import profiled_zoos
 
     loaded, profile = load_profiled(workload, progress=False, processors=processors)
-    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
-            for name in profile.tasks}
-    served = profile_processors(profile)
-    cores = tuple(sorted({c for p in served for c in p.cores}))
-    return ServeContext(loaded, profile, zoos, cores, openvino_precision(served))
+    return profile_context(loaded, profile, profiled_zoos(profile))
 
 
 if __name__ == "__main__":

@@ -59,8 +59,7 @@ def compressors_command(workload: str, rounds: int | None, requests: int | None,
         bench_compressors,
         select_tasks,
     )
-    from sparseloom.zoo.load import load_zoo
-    from sparseloom.zoo.options import zoo_directory
+    from sparseloom.zoo.load import profiled_zoos
 
     folder = ensure_output_dir(out) if out is not None else None
     rounds = rounds or (QUICK_ROUNDS if quick else 5)
@@ -74,8 +73,7 @@ def compressors_command(workload: str, rounds: int | None, requests: int | None,
     # As `load_profiled` (run, bench serve) builds it: the same options, the same cached profile.
     profile = build_profile(loaded, processors=list(processors) or None,
                             options=profile_options(loaded), progress=True)
-    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
-            for name in chosen}
+    zoos = profiled_zoos(profile, chosen)
     report = bench_compressors(loaded, profile, zoos, tasks=chosen, rounds=rounds,
                                requests=requests, quick=quick, progress=progress)
     markdown = render_markdown(report)

@@ -122,11 +122,9 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
 
     try:
         loaded, profile = load_profiled(workload, progress=not as_json, processors=processors)
-        from sparseloom.zoo.load import load_zoo
-        from sparseloom.zoo.options import zoo_directory
+        from sparseloom.zoo.load import profiled_zoos
 
-        zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
-                for name in profile.tasks}
+        zoos = profiled_zoos(profile)
         report = bench_serve(loaded, profile, zoos, contenders=contenders, options=options,
                              progress=None if as_json else progress)
     except (KeyboardInterrupt, Exception) as interrupt:

@@ -263,12 +263,10 @@ def _demo_serving(workload: str, processors: tuple[str, ...] = ()
     from sparseloom.evaluation.contenders import profile_context
     from sparseloom.evaluation.serve_figures import dense_slos, isolated_dense_ms
     from sparseloom.runtime.stats import SCORE_WINDOW
-    from sparseloom.zoo.load import load_zoo
-    from sparseloom.zoo.options import zoo_directory
+    from sparseloom.zoo.load import profiled_zoos
 
     loaded, profile = load_profiled(workload, progress=False, processors=processors)
-    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
-            for name in profile.tasks}
+    zoos = profiled_zoos(profile)
     context = profile_context(loaded, profile, zoos)
     iso = isolated_dense_ms(context)
     queries = min(SCORE_WINDOW, max(task.num_eval for task in loaded.tasks))

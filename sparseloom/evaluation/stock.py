@@ -32,9 +32,9 @@ The untuned stock runtimes serve the model files as they are, a symbolic batch d
 included; sparseloom's runtime and the tuned ones serve them with the batch fixed to 1
 (:mod:`sparseloom.zoo.batch_one`).
 
-Requests of one task run one after another (one session per task, one caller thread); tasks
-run concurrently and the operating system time-slices them, as it does for a user's threads.
-Where requests queue (Poisson arrivals: the capacity and grid scenarios) the tuned runtimes
+Requests of one task run one after another (one session per task, one caller thread); tasks run
+concurrently and the operating system time-slices them, as it does for a user's threads. Where
+requests queue (Poisson arrivals: the capacity scenario; the grid is closed) the tuned runtimes
 serve a task given n > 1 cores as n sessions of one thread, one per core, each request on the
 least busy (``Route.replicas``): as many at once as it has cores, what OpenVINO's THROUGHPUT
 streams or one ONNX Runtime session per core give a user.

@@ -17,9 +17,9 @@ of a benchmark, on the machine it runs on:
    bottleneck — the busiest core's summed latencies of the tasks it runs (one request of
    each task, the closed scenario's work) — by an exact branch-and-bound search that places
    the slowest task first; ties go to the least total core time.
-3. **Queues** (:attr:`Choice.queued_config`): where requests queue (capacity, grid), a task
-   given n > 1 cores serves them as n one-thread sessions, one per core, each request on the
-   least busy, when its fastest one-thread configuration measured faster than n × its
+3. **Queues** (:attr:`Choice.queued_config`): where requests queue (Poisson arrivals: capacity),
+   a task given n > 1 cores serves them as n one-thread sessions, one per core, each request on
+   the least busy, when its fastest one-thread configuration measured faster than n × its
    choice's latency (n at once beat one at a time on n threads); else one at a time.
 
 ``picks-tuned`` runs the same search on each task's merged stitched variant (the picks of a

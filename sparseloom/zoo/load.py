@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from sparseloom.core.cache import config_hash
 from sparseloom.core.errors import ZooError, ZooNotBuiltError
@@ -108,3 +110,14 @@ def load_zoo(
     if verify:
         zoo.verify()
     return zoo
+
+
+def profiled_zoos(profile: Any, tasks: Iterable[str] | None = None) -> dict[str, Zoo]:
+    """The zoos ``profile`` was built from, by task (``tasks``: only these), as the cache holds
+    them (not verified again: the profile's hashes name them).
+
+    :raises ZooNotBuiltError: a zoo the profile names is not in the cache any more.
+    """
+    hashes = profile.meta["zoo_hashes"]
+    return {name: load_zoo(zoo_directory(hashes[name]), verify=False)
+            for name in (profile.tasks if tasks is None else tasks)}

@@ -36,13 +36,10 @@ def tiny() -> tuple[Any, Any]:
 
 @pytest.fixture(scope="module")
 def context(tiny: tuple[Any, Any]) -> ServeContext:
-    from sparseloom.zoo.load import load_zoo
-    from sparseloom.zoo.options import zoo_directory
+    from sparseloom.zoo.load import profiled_zoos
 
     workload, profile = tiny
-    zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
-            for name in profile.tasks}
-    return profile_context(workload, profile, zoos)
+    return profile_context(workload, profile, profiled_zoos(profile))
 
 
 def test_every_policy_and_stock_runtime_contends_once() -> None:
