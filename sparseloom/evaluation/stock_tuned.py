@@ -159,6 +159,7 @@ class TunedRuntime:
     def describe(self, cores: Sequence[int] = (), precision: str = "f32") -> str:
         """Each task's configuration in words, for the report."""
         what = "sparseloom's picks merged" if self.picks else "dense models"
+
         def each(c: Choice) -> str:
             if self.queued and c.queued_config is not None:
                 return (f"{c.queued_config.describe()}, one session per core (requests "

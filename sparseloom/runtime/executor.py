@@ -151,7 +151,7 @@ class Runtime(StageHandler):
         return self.submitted - self.completed - self.failed
 
     def drain(self, timeout_s: float = 60.0) -> int:
-        """Wait for every submitted request to end; fail the rest after ``timeout_s`` (how many)."""
+        """Wait for every request to end; fail those left after ``timeout_s``, return how many."""
         deadline = time.monotonic() + timeout_s
         with self._idle:
             self._draining = True
@@ -295,8 +295,8 @@ class Runtime(StageHandler):
                        worker.name)
 
     def _blame(self, worker: ProcessorWorker) -> None:
-        """Count a failure that was the processor's (another one ran the stage): mark it down
-        after ``options.down_after`` in a row (a stage it runs resets the count)."""
+        """Count a failure that was the processor's (another one ran the stage): down after
+        ``options.down_after`` in a row (a stage it runs resets the count)."""
         with worker.mutex:
             worker.consecutive_failures += 1
             down = not worker.down and worker.consecutive_failures >= self.options.down_after
