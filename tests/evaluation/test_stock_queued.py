@@ -74,3 +74,25 @@ def test_queued_requests_run_on_every_session_and_answer_as_one_session_does(tin
     assert queued_task.completed == one_task.completed == 400
     # The same rows through the same f32 model: the same accuracy, whichever session ran them.
     assert queued_task.accuracy_measured == one_task.accuracy_measured
+
+
+def test_a_request_goes_to_the_least_busy_replica_that_is_up(tiny: Any) -> None:
+    from sparseloom.core.types import Processor
+    from sparseloom.runtime.executor import Runtime
+    from sparseloom.runtime.models import RuntimeTask
+    from sparseloom.runtime.worker import least_busy
+    from sparseloom.zoo.whole import whole_model_zoo
+
+    task = tiny.task(tiny.task_names[0])
+    runtime = Runtime([RuntimeTask(task, whole_model_zoo(task), SLO(0.0, 1000.0))],
+                      [Processor(f"ort:CPU@t{i}", "ort", "CPU", cores=(i,)) for i in (0, 1)])
+    first, second = runtime.workers.values()
+    assert least_busy([first, second]) is first  # a tie: the first
+    first.active = 1  # one request running on the first, none on the second
+    assert least_busy([first, second]) is second
+    second.active = 2
+    assert least_busy([first, second]) is first
+    first.down = True  # a replica marked down takes nothing while another is up
+    assert least_busy([first, second]) is second
+    second.down = True  # every one down: the first (its failure then says why)
+    assert least_busy([first, second]) is first
