@@ -29,9 +29,9 @@ from sparseloom.api import (
     refresh_profile,
     serve,
 )
+from sparseloom.core import __version__
 from sparseloom.core.errors import Overloaded, RequestFailed
 from sparseloom.core.processors import set_backend_wrapper
-from sparseloom.core.version import __version__
 from sparseloom.isolation.guard import guard
 
 # Every backend the package hands out is behind the crash guard. It is installed here, where

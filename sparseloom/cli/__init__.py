@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 import click
 
 from sparseloom.cli.parsing import CheckedGroup
+from sparseloom.core import __version__
 from sparseloom.core.errors import DEBUG_ENV, PluginCallError, SparseloomError
-from sparseloom.core.version import __version__
 from sparseloom.runtime.interrupts import pressed, redeliver_lost_interrupts, remember_interrupts
 
 #: Modules whose ``COMMANDS`` join the top-level group, in help order.

@@ -41,7 +41,7 @@ def memory_command(workload: str, policy: str, budgets: tuple[str, ...],
     import attrs
 
     from sparseloom.cli.run import load_profiled
-    from sparseloom.core.cores import cpu_name
+    from sparseloom.core.processors.cores import cpu_name
     from sparseloom.evaluation.memory_bench import serving_cost, session_costs
 
     loaded, profile = load_profiled(workload, progress=not as_json, processors=processors)

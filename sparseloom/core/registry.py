@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from sparseloom.core import hookspecs
+from sparseloom.core import __version__, hookspecs
 from sparseloom.core.errors import DEBUG_ENV, PluginError, UnknownNameError, provider
 from sparseloom.core.protocols import (
     BUILTIN_DISTRIBUTION,
@@ -38,7 +38,6 @@ from sparseloom.core.protocols import (
     guarded,
 )
 from sparseloom.core.types import PLUGIN_KINDS, PluginFailure, Processor, Registration
-from sparseloom.core.version import __version__
 
 log = logging.getLogger(__name__)
 

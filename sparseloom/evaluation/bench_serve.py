@@ -36,8 +36,8 @@ def machine() -> dict[str, Any]:
     import onnxruntime
     import openvino
 
-    from sparseloom.core.cores import cpu_name
     from sparseloom.core.processors import allowed_cores
+    from sparseloom.core.processors.cores import cpu_name
 
     return {"cpu": cpu_name(), "cores": list(allowed_cores()), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__, "openvino": openvino.get_version()}

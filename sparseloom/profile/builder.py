@@ -34,10 +34,10 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sparseloom.core import __version__
 from sparseloom.core.errors import ProfileError
 from sparseloom.core.registry import get_registry
 from sparseloom.core.types import Processor
-from sparseloom.core.version import __version__
 from sparseloom.profile.chain_fit import fit_chain_model, fit_chains
 from sparseloom.profile.estimate import estimate_accuracy
 from sparseloom.profile.executors import ProfileExecutor, executor_for

@@ -30,8 +30,8 @@ from typing import Any
 
 import attrs
 
-from sparseloom.core.cores import pin_current_thread
 from sparseloom.core.errors import ConfigError
+from sparseloom.core.processors.cores import pin_current_thread
 from sparseloom.core.types import Processor, as_tuple
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparseloom.core import __version__
 from sparseloom.core.errors import ZooError
-from sparseloom.core.version import __version__
 from sparseloom.zoo.types import VariantSpec, ZooTask
 
 #: Bump when the on-disk layout or the manifest changes; old zoos are then rebuilt.

@@ -15,9 +15,9 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sparseloom.core import __version__
 from sparseloom.core.cache import cache_dir, file_hash
 from sparseloom.core.errors import ConfigError
-from sparseloom.core.version import __version__
 from sparseloom.workload.arguments import check_names, names_converter, names_field, number_field
 from sparseloom.zoo.manifest import ZOO_FORMAT
 from sparseloom.zoo.types import VariantSpec, ZooTask

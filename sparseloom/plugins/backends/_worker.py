@@ -13,8 +13,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from sparseloom.core.cores import allowed_cores, pin_current_thread
 from sparseloom.core.errors import ConfigError
+from sparseloom.core.processors.cores import allowed_cores, pin_current_thread
 from sparseloom.core.types import Processor
 
 T = TypeVar("T")

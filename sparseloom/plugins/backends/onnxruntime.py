@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparseloom.core.cores import cpu_name
 from sparseloom.core.hookspecs import hookimpl
+from sparseloom.core.processors.cores import cpu_name
 from sparseloom.core.types import Processor
 from sparseloom.plugins.backends import _memory, _worker
 from sparseloom.plugins.backends._base import WorkerBackend

@@ -106,7 +106,7 @@ class Int8Quantizer:
     weights the tiny test transformer's output error grew 10× (see docs/compressors.md). On a
     CPU with VNNI or AMX the products are added in int32 and 7 bits only halve the weights'
     resolution, so by default (``None``) it is on only where the CPU has neither
-    (:func:`sparseloom.core.cores.has_int8_dot_product`).
+    (:func:`sparseloom.core.processors.cores.has_int8_dot_product`).
 
     ``level`` is meaningless here: ``default_levels`` is empty and ``compress`` takes
     ``level=0.0``. ``calibration`` is required.
@@ -147,7 +147,7 @@ class Int8Quantizer:
         """Whether weights are stored in 7 bits on this machine (``reduce_range`` resolved)."""
         if self.reduce_range is not None:
             return self.reduce_range
-        from sparseloom.core.cores import has_int8_dot_product
+        from sparseloom.core.processors.cores import has_int8_dot_product
 
         return not has_int8_dot_product()
 

@@ -81,7 +81,7 @@ def _weight_extent(model: onnx.ModelProto) -> int:
 def test_int8_weight_width_follows_the_cpu(cnn) -> None:
     """7-bit weights (|w| ≤ 64) where the CPU lacks VNNI and AMX, full 8 bits (up to 127)
     where it has them; the zoo's cache key carries the width."""
-    from sparseloom.core.cores import cpu_flags, has_int8_dot_product
+    from sparseloom.core.processors.cores import cpu_flags, has_int8_dot_product
     from sparseloom.zoo.options import compressor_cache_key
 
     part, calibration = cnn.parts[0], cnn.calibration[0]

@@ -20,7 +20,7 @@ or a TOML table (see :func:`load_processors`)::
 ``threads``, ``cores`` and ``streams`` set the :class:`~sparseloom.core.types.Processor` fields;
 every other key is a backend option (see ``docs/backends.md``). Processors are discovered,
 never assumed: each registered backend's ``devices()`` says what really answers. The cores
-this process may use are listed, parsed and pinned in :mod:`sparseloom.core.cores`.
+this process may use are listed, parsed and pinned in :mod:`sparseloom.core.processors.cores`.
 
 Running a model on a processor (:func:`~sparseloom.workload.inference.load_model`,
 :func:`~sparseloom.workload.inference.run_batched`) lives in :mod:`sparseloom.workload.inference`.
@@ -38,8 +38,8 @@ from urllib.parse import parse_qsl
 
 import attrs
 
-from sparseloom.core.cores import allowed_cores, parse_cores
 from sparseloom.core.errors import BackendError, ConfigError, UnknownNameError
+from sparseloom.core.processors.cores import allowed_cores, parse_cores
 from sparseloom.core.types import Processor, as_dict, repeated
 
 _FIELDS = ("threads", "cores", "streams")
