@@ -69,6 +69,10 @@ SCENARIO_CHOICES = ("closed", "steady", "capacity", "grid")
                                      "were POINTS higher, at most the dense model's accuracy; "
                                      "accuracy is judged at the SLO itself, on the held-out "
                                      "rows [default 0].")
+@click.option("--paired-gate/--no-paired-gate", "paired_gate", default=None,
+              help="Keep a policy's pick only where the low end of the 95% paired interval of "
+                   "its accuracy minus dense's on the selection rows is within the margin, "
+                   "else plan again without it [default on].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
@@ -78,7 +82,8 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
                   out: Path | None, as_json: bool, keep_loaded: str | None = None,
                   memory_budget: str = "1.0", tuning_queries: int | None = None,
                   closed_queries: int | None = None, closed_min_s: float | None = None,
-                  steady_s: float | None = None, choose_above: float | None = None) -> None:
+                  steady_s: float | None = None, choose_above: float | None = None,
+                  paired_gate: bool | None = None) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
     Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
@@ -107,7 +112,8 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     changes: dict[str, Any] = {"scenarios": scenarios} if scenarios else {}
     given = {"rounds": rounds, "capacity_rounds": capacity_rounds, "grid_rounds": grid_rounds,
              "tuning_queries": tuning_queries, "closed_queries": closed_queries,
-             "closed_min_s": closed_min_s, "steady_s": steady_s, "choose_above": choose_above}
+             "closed_min_s": closed_min_s, "steady_s": steady_s, "choose_above": choose_above,
+             "paired_gate": paired_gate}
     changes |= {name: value for name, value in given.items() if value is not None}
     changes["memory_budget"] = read_budget(memory_budget)
     if keep_loaded is not None:

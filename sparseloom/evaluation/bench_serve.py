@@ -64,7 +64,8 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     chosen = select_contenders(contenders)
     context = profile_context(workload, profile, zoos, memory_budget=options.memory_budget,
                               tuning_queries=options.tuning_queries,
-                              choose_above=options.choose_above / 100, progress=progress)
+                              choose_above=options.choose_above / 100,
+                              paired_gate=options.paired_gate, progress=progress)
     processors = profile_processors(profile)
     cores, precision = context.cores, context.precision
     recorder = Recorder(progress)
@@ -86,7 +87,8 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                                      "reloads": pool.reloads}
     except KeyboardInterrupt as interrupt:
         report["stock_tuning"] = context.tunings
-        report["judging"] = judging_report(list(context.judgements.values()))
+        report["judging"] = judging_report(list(context.judgements.values()),
+                                           context.gate.verdicts if context.gate else ())
         report.setdefault("incomplete", {
             "reason": "interrupted (Ctrl-C) before the first scenario started",
             "scenario": None, "finished_scenarios": [],
@@ -94,7 +96,8 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
         _close(report, recorder)
         raise BenchInterrupted(report) from interrupt
     report["stock_tuning"] = context.tunings
-    report["judging"] = judging_report(list(context.judgements.values()))
+    report["judging"] = judging_report(list(context.judgements.values()),
+                                       context.gate.verdicts if context.gate else ())
     report["pick_speedups"] = pick_speedups(context.measured_alone(), profile, processors)
     _close(report, recorder)
     return report

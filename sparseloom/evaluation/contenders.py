@@ -117,6 +117,11 @@ class ServeContext:
     #: (:func:`~sparseloom.evaluation.judging.judged_precision`), by processor name; a name
     #: not here computes in :attr:`precision` on OpenVINO, f32 elsewhere.
     processor_precisions: Mapping[str, str] = attrs.field(factory=dict)
+    #: Keep a pick only where the selection rows vouch for it beside dense, row by row
+    #: (:mod:`~sparseloom.evaluation.paired_gate`; its verdicts in :attr:`gate`).
+    paired_gate: bool = False
+    gate: Any = attrs.field(default=None, init=False)
+    _gated: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
     #: Per tuned runtime found: its name, picks, SLOs, configuration, prediction and the
     #: measurements it was chosen from.
     tunings: list[dict[str, Any]] = attrs.field(factory=list, init=False)
@@ -138,12 +143,43 @@ class ServeContext:
 
         key = (policy, _slo_key(slos))
         if key not in self._picks:
-            planned = make_plan(self.profile, policy=policy, slos=self.choosing(slos))
+            planned = make_plan(self.profile_for(slos, policy), policy=policy,
+                                slos=self.choosing(slos))
             self._picks[key] = {t: tuple(int(c) for c in v.choices)
                                 for t, v in planned.plan.variants.items()}
             self._routes[key] = {t: planned.plan.processors_of(t)
                                  for t in planned.plan.variants}
         return self._picks[key]
+
+    def profile_for(self, slos: Mapping[str, SLO], policy: str = HEADLINE) -> Any:
+        """The table ``policy`` plans from under ``slos``: the profile, less the picks the
+        paired gate refused when :attr:`paired_gate` is on
+        (:func:`~sparseloom.evaluation.paired_gate.gated_profile`)."""
+        if not self.paired_gate:
+            return self.profile
+        from sparseloom.evaluation.judging import chain_precision
+        from sparseloom.evaluation.paired_gate import SelectionGate, gated_profile
+        from sparseloom.plan.api import make_plan
+
+        key = (policy, _slo_key(slos))
+        if key in self._gated:
+            return self._gated[key]
+        if self.gate is None:
+            self.gate = SelectionGate(self.workload, self.zoos, self.progress)
+        routes: dict[str, tuple[str, ...]] = {}
+
+        def plan(table: Any) -> dict[str, tuple[int, ...]]:
+            planned = make_plan(table, policy=policy, slos=self.choosing(slos)).plan
+            routes.update({t: planned.processors_of(t) for t in planned.variants})
+            return {t: tuple(v.choices) for t, v in planned.variants.items()}
+
+        def verdict(task: str, pick: tuple[int, ...]) -> Any:
+            precision = chain_precision([self._processor_precision(p) for p in routes[task]])
+            return self.gate(task, pick, precision,
+                             self.selection_accuracy(task, None) - slos[task].accuracy)
+
+        self._gated[key] = gated_profile(self.profile, plan, verdict)
+        return self._gated[key]
 
     def served_precisions(self, slos: Mapping[str, SLO], policy: str = HEADLINE
                           ) -> dict[str, str]:
@@ -297,7 +333,7 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
         from sparseloom.runtime.session import RunConfig, serve
 
         policy = contender.policy or contender.name
-        summary = serve(context.workload, context.profile,
+        summary = serve(context.workload, context.profile_for(slos, policy),
                         RunConfig(policy=policy, slos=context.choosing(slos), load=spec,
                                   options=contender.options or RuntimeOptions(),
                                   memory_budget=context.memory_budget)).summary

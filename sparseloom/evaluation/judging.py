@@ -24,7 +24,8 @@ import numpy as np
 from sparseloom.workload.metrics import get_metric
 
 __all__ = ["BOOTSTRAP_ROUNDS", "Judged", "chain_precision", "judge", "judged_precision",
-           "judging_report", "paired_interval", "processor_for", "render_judging"]
+           "judging_report", "paired_interval", "processor_for", "render_judging",
+           "served_outputs"]
 
 #: Resamples of the paired bootstrap (a 95% interval's ends move by about 0.1 point between
 #: seeds at this count on a few hundred rows).
@@ -127,6 +128,31 @@ def _scored(task: Any, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         iter(outputs.values()))
 
 
+def served_outputs(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str
+                   ) -> np.ndarray:
+    """The scored output of ``pick`` (``None``: the dense model) of ``task`` over its
+    ``eval_inputs``, computed as served in ``precision``: merged into one model on that
+    precision's processor (:func:`processor_for`), or, for a chain precision
+    (:func:`chain_precision`), position by position on each position's processor.
+
+    :raises ValueError: a chain precision naming another number of positions than the zoo's.
+    """
+    from sparseloom.workload.inference import run_batched
+    from sparseloom.zoo.whole import merged_path
+
+    processors = [processor_for(p) for p in precision.split(">")]
+    if len(processors) > 1 and len(processors) != zoo.positions:
+        raise ValueError(f"precision {precision!r} names {len(processors)} positions; "
+                         f"{task.name}'s zoo has {zoo.positions}")
+    if len(processors) > 1:
+        from sparseloom.zoo.stitch import run_stitched
+
+        chain = (0,) * zoo.positions if pick is None else tuple(pick)
+        return _scored(task, run_stitched(zoo, chain, task.eval_inputs, processors))
+    model = task.model_path if pick is None else merged_path(zoo, pick)
+    return _scored(task, run_batched(model, task.eval_inputs, processor=processors[0]))
+
+
 def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
           selection_drop: float, margin: float, dense_outputs: np.ndarray | None = None,
           rounds: int = BOOTSTRAP_ROUNDS) -> tuple[Judged, np.ndarray]:
@@ -142,9 +168,6 @@ def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
         already computed.
     :returns: the judgement and dense's scored output (to pass again for the next pick).
     """
-    from sparseloom.workload.inference import run_batched
-    from sparseloom.zoo.whole import merged_path
-
     model = "dense" if pick is None else "_".join(map(str, pick))
     held = getattr(task, "held_out", None)
     if held is None:
@@ -152,20 +175,9 @@ def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
         return Judged(task.name, model, precision, 0, nan, nan, nan, nan, selection_drop,
                       margin), np.empty(0)
     judging = task.judging()
-    processors = [processor_for(p) for p in precision.split(">")]
-    if len(processors) > 1 and len(processors) != zoo.positions:
-        raise ValueError(f"precision {precision!r} names {len(processors)} positions; "
-                         f"{task.name}'s zoo has {zoo.positions}")
 
     def run(choices: Sequence[int] | None) -> np.ndarray:
-        """Dense (``None``) or a pick: merged on one processor, or position by position."""
-        if len(processors) > 1:
-            from sparseloom.zoo.stitch import run_stitched
-
-            chain = (0,) * zoo.positions if choices is None else tuple(choices)
-            return _scored(task, run_stitched(zoo, chain, judging.eval_inputs, processors))
-        model = task.model_path if choices is None else merged_path(zoo, choices)
-        return _scored(task, run_batched(model, judging.eval_inputs, processor=processors[0]))
+        return served_outputs(judging, zoo, choices, precision)
 
     if dense_outputs is None:
         dense_outputs = run(None)
@@ -178,12 +190,14 @@ def judge(task: Any, zoo: Any, pick: Sequence[int] | None, precision: str, *,
                   score(dense_outputs, labels), low, high, selection_drop, margin), dense_outputs
 
 
-def judging_report(judgements: Sequence[Judged]) -> dict[str, Any]:
-    """The report's ``judging`` section: every judgement, and how often a pick that selection
-    put within its margin fell outside it on the held-out rows."""
+def judging_report(judgements: Sequence[Judged], gate: Sequence[Any] = ()) -> dict[str, Any]:
+    """The report's ``judging`` section: every judgement, how often a pick that selection
+    put within its margin fell outside it on the held-out rows, and every verdict of the
+    paired gate on the selection rows (:mod:`~sparseloom.evaluation.paired_gate`)."""
     picks = [j for j in judgements if j.model != "dense" and j.rows]
     chosen = [j for j in picks if j.chosen_within]
     return {"judged": [j.to_json() for j in judgements],
+            "gate": [verdict.to_json() for verdict in gate],
             "picks_chosen_within": len(chosen),
             "fell_outside": sorted({f"{j.task} {j.model} ({j.precision})"
                                     for j in chosen if not j.within}),
@@ -215,6 +229,14 @@ def render_judging(section: Mapping[str, Any]) -> list[str]:
             f"[{points(row['low'])}, {points(row['high'])}] | "
             f"{points(-row['selection_drop'])} | {100 * row['margin']:.2f} | "
             f"{('yes' if row['within'] else '**no**') if judged else 'not judged'} |")
+    refused = [v for v in section.get("gate") or [] if not v["passed"]]
+    if section.get("gate"):
+        lines += ["", f"The paired gate gave {len(section['gate'])} verdict(s) on the selection "
+                      f"rows and refused {len(refused)} pick(s)"
+                      + (": " + ", ".join(f"{v['task']} {v['model']} ({v['precision']}, "
+                                          f"{100 * v['low']:+.2f} against a "
+                                          f"{100 * v['margin']:.2f} margin)" for v in refused)
+                         if refused else "") + "."]
     fell = section.get("fell_outside") or []
     lines += ["", f"Of {section['picks_chosen_within']} pick(s) selection put within the "
                   f"margin, {len(fell)} fell outside it on the held-out rows"

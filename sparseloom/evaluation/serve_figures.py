@@ -82,6 +82,9 @@ class BenchOptions:
             selection accuracy, when a policy chooses its variants (its runs, and the picks
             ``picks-*`` serve); accuracy is still judged at the SLO itself, on the held-out
             rows — a tighter selection margin for picks that fell outside it there.
+        paired_gate: keep a policy's pick only where the selection rows vouch for it beside
+            dense, row by row, else plan again without it
+            (:mod:`~sparseloom.evaluation.paired_gate`).
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs
             (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
             benchmark ends). A bound trades memory for reloads between runs, which no run's
@@ -105,6 +108,7 @@ class BenchOptions:
     steady_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     tuning_queries: int = attrs.field(default=300, validator=attrs.validators.ge(1))
     choose_above: float = attrs.field(default=0.0, validator=number_field(low=0))
+    paired_gate: bool = True
     keep_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0)))
 

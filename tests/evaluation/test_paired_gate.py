@@ -1,0 +1,159 @@
+"""The paired gate: picks kept only where the selection rows vouch for them beside dense, on
+real profiles and real runs of the tiny workload; the re-planning loop with injected verdicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from sparseloom.core.types import SLO
+from sparseloom.evaluation.judging import judging_report, render_judging
+from sparseloom.evaluation.paired_gate import (
+    EXCLUDED,
+    GATE_ATTEMPTS,
+    GateVerdict,
+    excluded_profile,
+    gate_pick,
+    gated_profile,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, Any, Any]:
+    import sparseloom
+    from sparseloom.cli.profile import profile_options
+    from sparseloom.zoo.load import profiled_zoos
+
+    workload = sparseloom.load_workload("tiny", progress=False)
+    profile = sparseloom.build_profile(workload, options=profile_options(workload),
+                                       progress=False)
+    return workload, profile, profiled_zoos(profile)
+
+
+def _verdict(task: str, pick: tuple[int, ...], passed: bool) -> GateVerdict:
+    return GateVerdict(task, "_".join(map(str, pick)), "f32", 100,
+                       0.0 if passed else -0.05, 0.01)
+
+
+def _plan_by_accuracy(table: Any) -> dict[str, tuple[int, ...]]:
+    """A policy that serves each task's most accurate variant (ties: the first row)."""
+    picks = {}
+    for name, task in table.tasks.items():
+        row = int(np.argmax(task.accuracy()))
+        picks[name] = tuple(int(c) for c in task.choices([row])[0])
+    return picks
+
+
+def _dense(task: Any, pick: tuple[int, ...]) -> bool:
+    return all(task.variant_kinds[c] == "dense" for c in pick)
+
+
+def test_an_excluded_variant_reads_below_every_metric_and_nothing_else_moves(
+        tiny: tuple[Any, Any, Any]) -> None:
+    _, profile, _ = tiny
+    name = next(iter(profile.tasks))
+    before = profile.task(name).accuracy().copy()
+    masked = excluded_profile(profile, {name: {3, 5}})
+    after = masked.task(name).accuracy()
+    assert after[3] == after[5] == EXCLUDED
+    keep = np.setdiff1d(np.arange(before.size), [3, 5])
+    np.testing.assert_array_equal(after[keep], before[keep])
+    np.testing.assert_array_equal(profile.task(name).accuracy(), before)  # a copy
+    assert excluded_profile(profile, {}) is profile
+
+
+def test_the_gate_replans_without_each_refused_pick_until_one_passes(
+        tiny: tuple[Any, Any, Any]) -> None:
+    _, profile, _ = tiny
+    first = _plan_by_accuracy(profile)
+    refused = {t: p for t, p in first.items() if not _dense(profile.task(t), p)}
+    if not refused:
+        pytest.skip("the tiny profile's most accurate variants are all dense")
+    asked: list[tuple[str, tuple[int, ...]]] = []
+
+    def refuse_first_picks(task: str, pick: tuple[int, ...]) -> GateVerdict:
+        asked.append((task, pick))
+        return _verdict(task, pick, passed=refused.get(task) != pick)
+
+    table = gated_profile(profile, _plan_by_accuracy, refuse_first_picks)
+    final = _plan_by_accuracy(table)
+    for task, pick in refused.items():
+        assert final[task] != pick
+        assert table.task(task).accuracy(list(pick)) == EXCLUDED
+    assert set(refused.items()) <= set(asked)
+
+
+def test_a_task_refused_every_time_serves_its_dense_variants(
+        tiny: tuple[Any, Any, Any]) -> None:
+    _, profile, _ = tiny
+    calls: list[str] = []
+
+    def refuse_all(task: str, pick: tuple[int, ...]) -> GateVerdict:
+        calls.append(task)
+        return _verdict(task, pick, passed=False)
+
+    table = gated_profile(profile, _plan_by_accuracy, refuse_all)
+    for task, pick in _plan_by_accuracy(table).items():
+        assert _dense(table.task(task), pick)
+    # each task is refused at most GATE_ATTEMPTS times before it keeps dense only
+    assert all(calls.count(t) <= GATE_ATTEMPTS for t in profile.tasks)
+
+
+def test_every_first_pick_passing_leaves_the_profile_as_it_was(
+        tiny: tuple[Any, Any, Any]) -> None:
+    _, profile, _ = tiny
+    assert gated_profile(profile, _plan_by_accuracy,
+                         lambda t, p: _verdict(t, p, passed=True)) is profile
+
+
+def test_the_gate_runs_on_the_selection_rows_never_the_judging_rows(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.evaluation.judging import served_outputs
+
+    workload, profile, zoos = tiny
+    name = next(iter(profile.tasks))
+    task, zoo = workload.task(name), zoos[name]
+    table = profile.task(name)
+    pick = tuple(int(c) for c in table.choices([table.accuracy_estimated.size - 1])[0])
+    verdict, dense = gate_pick(task, zoo, pick, "f32", margin=0.01)
+    assert verdict.rows == len(task.labels)
+    assert dense.shape[0] == len(task.labels)  # task.labels: the selection rows only
+    np.testing.assert_allclose(dense, served_outputs(task, zoo, None, "f32"), rtol=1e-5)
+    # the dense chain stitched from the zoo answers as dense does: nothing to lose
+    same, _ = gate_pick(task, zoo, (0,) * zoo.positions, "f32", margin=0.0)
+    assert same.low == pytest.approx(0.0, abs=1e-6) and same.passed
+    assert verdict.passed == (verdict.low >= -0.01 - 1e-9)
+
+
+def test_a_context_with_the_gate_serves_only_picks_the_gate_kept(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.evaluation.contenders import profile_context
+    from sparseloom.evaluation.serve_scenarios import dense_slos
+
+    workload, profile, zoos = tiny
+    context = profile_context(workload, profile, zoos, paired_gate=True)
+    slos = {t: SLO(s.accuracy, 1e9) for t, s in dense_slos(context).items()}
+    picks = context.picks(slos, "sparseloom-loaded")
+    kept = {(v.task, v.model) for v in context.gate.verdicts if v.passed}
+    for task, pick in picks.items():
+        assert _dense(profile.task(task), pick) or (task, "_".join(map(str, pick))) in kept
+    section = judging_report([], context.gate.verdicts)
+    assert len(section["gate"]) == len(context.gate.verdicts)
+    off = attrs.evolve(context, paired_gate=False)
+    assert off.profile_for(slos, "sparseloom-loaded") is profile
+
+
+def test_the_report_names_each_refused_pick() -> None:
+    verdicts = [_verdict("t", (0, 1), passed=True), _verdict("t", (2, 1), passed=False)]
+    section = judging_report([], verdicts)
+    assert [v["passed"] for v in section["gate"]] == [True, False]
+    judged = {"judged": [{"task": "t", "model": "dense", "precision": "f32", "rows": 0,
+                          "accuracy": 0.9, "dense": 0.9, "low": 0.0, "high": 0.0,
+                          "drop": 0.0, "selection_drop": 0.0, "margin": 0.01,
+                          "within": True}], "picks_chosen_within": 0, "fell_outside": []}
+    text = "\n".join(render_judging(judged | {"gate": section["gate"]}))
+    assert ("The paired gate gave 2 verdict(s) on the selection rows and refused 1 pick(s): "
+            "t 2_1 (f32, -5.00 against a 1.00 margin).") in text
