@@ -11,8 +11,9 @@ This step measures, exactly and on the flagged processor itself, the stitched va
 could want there: for each task and each processor ``p`` that computes some of its subgraphs
 differently, the Pareto front of (accuracy, latency of the whole chain on ``p``) over every
 stitched variant, keeping the :data:`SERVED_CANDIDATES` most accurate variants of the front
-that pass through a flagged subgraph. Each is run with every position on ``p`` — its own
-backend and options (the precision hint), on every core — over the task's whole eval set
+that pass through a flagged subgraph, and the dense chain where it is flagged. Each is run
+with every position on ``p`` — its own backend and options (the precision hint), on every
+core — over the task's whole eval set
 (:func:`sparseloom.zoo.evaluate.evaluate_stitched`, so the metric store keyed by ``p``'s spec
 keeps them: a variant is never measured twice). The result is
 ``TaskProfile.served_accuracy`` (V**S, P), NaN where not measured.
@@ -47,7 +48,11 @@ def served_candidates(profile: Any, processor: int, count: int = SERVED_CANDIDAT
                       ) -> np.ndarray:
     """Rows worth measuring on ``processor`` (index): the ``count`` most accurate variants of
     the front of (accuracy ↑, whole-chain latency on ``processor`` ↓) that run some subgraph
-    ``processor`` computes differently. Empty when it computes every subgraph faithfully."""
+    ``processor`` computes differently, then the dense chain when ``processor`` computes it
+    differently (a variant that ties dense on the selection rows and is faster takes dense
+    off the front; when a plan must not serve that variant — ``bench serve``'s paired gate —
+    dense in ``processor``'s arithmetic is what is left). Empty when it computes every
+    subgraph faithfully."""
     from sparseloom.profile.numerics import unfaithful_pairs
 
     flagged = unfaithful_pairs(profile.numerics_error)[:, :, processor]  # (S, V)
@@ -66,7 +71,11 @@ def served_candidates(profile: Any, processor: int, count: int = SERVED_CANDIDAT
     positions = np.arange(profile.n_positions)
     through = [row for row, picked in zip(front, choices, strict=True)
                if flagged[positions, picked].any()]
-    return np.asarray(sorted(through, key=lambda r: -accuracy[r])[:count], dtype=np.int64)
+    rows = sorted(through, key=lambda r: -accuracy[r])[:count]
+    dense = int(profile.index([0] * profile.n_positions))  # a zoo's variant 0 is dense
+    if flagged[positions, 0].any() and dense not in rows:
+        rows.append(dense)  # what a stock runtime serves there: the baseline of every plan
+    return np.asarray(rows, dtype=np.int64)
 
 
 def served_accuracy(task: Any, zoo: Any, profile: Any, processors: Sequence[Processor],

@@ -46,6 +46,13 @@ def test_candidates_are_the_most_accurate_of_the_front_through_a_flagged_subgrap
     assert served_candidates(profile, 1).size == 0  # p1 computes everything faithfully
 
 
+def test_dense_is_measured_where_it_is_flagged_though_a_faster_variant_ties_it() -> None:
+    # 00 (6 ms, 0.90) is off the front (01: 5 ms, 0.91); flagged, it is measured last.
+    profile = _profile(flagged=[(0, 0), (0, 2), (1, 1)])
+    assert served_candidates(profile, 0).tolist() == [1, 6, 8, 0]
+    assert served_candidates(profile, 0, count=1).tolist() == [1, 0]
+
+
 def test_nothing_is_measured_where_nothing_is_flagged() -> None:
     assert served_candidates(_profile(flagged=[]), 0).size == 0
 
