@@ -210,6 +210,7 @@ def make_plan(
     processors: Sequence[str | Processor] | None = None,
     memory_budget: float | int = 1.0,
     workload: Workload | None = None,
+    paired_gate: bool | None = None,
 ) -> PlanResult:
     """Choose a processor order and a stitched variant per task, and the subgraphs to preload.
 
@@ -218,14 +219,20 @@ def make_plan(
         is given), else the middle of their SLO grid.
     :param processors: processors to plan on (default: every profiled one).
     :param memory_budget: a fraction of full preloading in (0, 1], or bytes.
+    :param paired_gate: keep a stitched pick only where ``workload``'s selection rows vouch
+        for it beside dense row by row, else plan again without it
+        (:mod:`sparseloom.plan.paired_gate`; ``result.refused`` names what it refused).
+        ``None`` (default): on when ``workload`` is given — the gate needs its rows.
     :returns: the plan, its preload set, where each SLO came from, the policy object.
-    :raises ArgumentError: an argument of the wrong type (naming it); an SLO may be given as
-        a pair ``(accuracy, latency_ms)``.
+    :raises ArgumentError: an argument of the wrong type (naming it), or ``paired_gate=True``
+        without ``workload``; an SLO may be given as a pair ``(accuracy, latency_ms)``.
     """
+    from sparseloom.core.errors import ArgumentError
     from sparseloom.core.types import Processor
     from sparseloom.plan.api import make_plan as plan
     from sparseloom.profile.table import ProfileTable
     from sparseloom.workload.arguments import (
+        check_flags,
         check_instance,
         check_names,
         check_number,
@@ -240,10 +247,21 @@ def make_plan(
     chosen = check_names(where, "processors", processors, items=(str, Processor))
     check_number(where, "memory_budget", memory_budget, low=0, low_open=True)
     _optional(where, "workload", workload, Workload, "the Workload the profile was built from")
+    if paired_gate is not None:
+        check_flags(where, paired_gate=paired_gate)
+    if paired_gate and workload is None:
+        raise ArgumentError(f"{where}: paired_gate=True judges each pick on the workload's "
+                            f"selection rows; pass workload=<the Workload the profile was "
+                            f"built from>, or paired_gate=False")
     workload_slos = {t.name: t.slo for t in workload.tasks} if workload is not None else None
+    gate = None
+    if workload is not None and paired_gate is not False:
+        from sparseloom.plan.paired_gate import workload_gate
+
+        gate = workload_gate(workload, profile, list(chosen) if chosen else None)
     return plan(profile, policy=policy, slos=check_slos(where, "slos", slos),
                 processors=list(chosen) if chosen else None,
-                memory_budget=memory_budget, workload_slos=workload_slos)
+                memory_budget=memory_budget, workload_slos=workload_slos, gate=gate)
 
 
 def serve(

@@ -2,8 +2,9 @@
 
 :func:`processors_option` is the repeatable ``-p`` of every command that profiles or serves on
 chosen processors (one processor named twice is refused, :func:`~.parsing.distinct_processors`);
-:func:`placement_options` adds ``--policy``, ``--slo``, ``--memory-budget`` and ``-p`` to the
-commands that plan a placement, which read them with :func:`read_placement`.
+:func:`placement_options` adds ``--policy``, ``--slo``, ``--memory-budget``, ``-p`` and
+``--paired-gate`` to the commands that plan a placement, which read them with
+:func:`read_placement`.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def read_budget(memory_budget: str) -> float | int:
 
 
 def placement_options(processors_help: str) -> Callable[[Command], Command]:
-    """Add ``--policy``, ``--slo`` (as ``slo_specs``), ``--memory-budget`` and ``-p`` (its help
-    ``processors_help``) to a click command function (apply below ``@click.command``)."""
+    """Add ``--policy``, ``--slo`` (as ``slo_specs``), ``--memory-budget``, ``-p`` (its help
+    ``processors_help``) and ``--paired-gate/--no-paired-gate`` (as ``paired_gate``) to a
+    click command function (apply below ``@click.command``)."""
     options = (
         click.option("--policy", default=DEFAULT_POLICY, show_default=True,
                      help="Placement policy (see `sparseloom plugins`)."),
@@ -56,6 +58,12 @@ def placement_options(processors_help: str) -> Callable[[Command], Command]:
         memory_budget_option("Memory budget of the whole server (preloaded subgraphs, "
                              "routes, twins, lanes)"),
         processors_option(processors_help),
+        click.option("--paired-gate/--no-paired-gate", "paired_gate", default=True,
+                     show_default=True,
+                     help="Serve a stitched pick only where the selection rows vouch for it "
+                          "beside dense row by row (95% paired interval within the accuracy "
+                          "SLO's margin), else plan again without it; it runs each pick and "
+                          "dense over the selection rows once."),
     )
 
     def decorate(command: Command) -> Command:

@@ -53,6 +53,7 @@ def plan_report(result: Any, table: Any) -> dict[str, Any]:
         "workload": table.workload, "policy": plan.policy, "processors": list(table.processors),
         "order": list(plan.order), "decision_seconds": plan.decision_seconds, "tasks": tasks,
         "overflow": list(plan.overflow),
+        "refused": {task: list(picks) for task, picks in result.refused.items()},
         "preload": {
             "budget_bytes": preload.budget_bytes, "full_bytes": preload.full_bytes,
             "resident_bytes": preload.resident_bytes,
@@ -90,6 +91,9 @@ def _echo(report: dict[str, Any]) -> None:
         if task["slo"]["source"] == "grid-middle":
             click.echo(f"{name}: no SLO given or in the workload file; used the middle of its "
                        "SLO grid")
+    for name, picks in report.get("refused", {}).items():
+        click.echo(f"{name}: the paired gate refused {', '.join(picks)} (their selection rows "
+                   f"do not vouch for the margin beside dense); planned without them")
     if report["overflow"]:
         click.echo(f"overflow: {', '.join(report['overflow'])} (a request that would miss its "
                    f"latency SLO waiting for the running call runs on the other processors' "
@@ -111,7 +115,7 @@ def _echo(report: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @executor_options
 def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_budget: str,
-                 processors: tuple[str, ...], validate: bool, as_json: bool,
+                 processors: tuple[str, ...], paired_gate: bool, validate: bool, as_json: bool,
                  executor_settings: dict[str, Any] | None = None) -> None:
     """Plan WORKLOAD: a processor order and a stitched variant per task, and what to preload.
 
@@ -134,8 +138,13 @@ def plan_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_
     options = profile_options(loaded, **(executor_settings or {}))
     table = build_profile(loaded, processors=chosen, options=options, progress=False)
     _check_available(table)
+    gate = None
+    if paired_gate:
+        from sparseloom.plan.paired_gate import workload_gate
+
+        gate = workload_gate(loaded, table)
     result = make_plan(table, policy=policy, slos=slos, memory_budget=budget,
-                       workload_slos={t.name: t.slo for t in loaded.tasks})
+                       workload_slos={t.name: t.slo for t in loaded.tasks}, gate=gate)
     report = plan_report(result, table)
     if validate:
         from sparseloom.plan.quality import decision_quality, measure_truth

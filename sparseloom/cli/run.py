@@ -60,10 +60,10 @@ def _arrival_order(value: str | None) -> tuple[str, ...]:
               help="Write requests.csv (every request's record, streamed as it ends) and "
                    "summary.json here.")
 def run_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_budget: str,
-                processors: tuple[str, ...], queries: int | None, load_kind: LoadKind,
-                rate: float | None, arrival_order: str | None, join_after: int | None,
-                duration: float | None, inject_faults: float, window: int, seed: int,
-                as_json: bool, out: Path | None) -> None:
+                processors: tuple[str, ...], paired_gate: bool, queries: int | None,
+                load_kind: LoadKind, rate: float | None, arrival_order: str | None,
+                join_after: int | None, duration: float | None, inject_faults: float,
+                window: int, seed: int, as_json: bool, out: Path | None) -> None:
     """Serve WORKLOAD's tasks concurrently on the processors and print the run summary.
 
     Plans with --policy from the workload's profile (built and cached on first use), preloads
@@ -110,7 +110,8 @@ def run_command(workload: str, policy: str, slo_specs: tuple[str, ...], memory_b
     result = _serve(workload, policy, parsed_slos, budget, processors, spec,
                     RuntimeOptions(window=window, fault_rate=inject_faults, fault_seed=seed),
                     progress=not as_json and sys.stderr.isatty(), live=live,
-                    records_path=out / "requests.csv" if out is not None else None)
+                    records_path=out / "requests.csv" if out is not None else None,
+                    paired_gate=paired_gate)
     from sparseloom.runtime.report import as_json as summary_json
     from sparseloom.runtime.report import render
 
@@ -184,7 +185,8 @@ def load_profiled(workload: str, *, progress: bool, processors: tuple[str, ...] 
 
 def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int,
            processors: tuple[str, ...], spec: Any, runtime_options: Any, *, progress: bool,
-           live: Any = None, records_path: Path | None = None) -> Any:
+           live: Any = None, records_path: Path | None = None, paired_gate: bool = True
+           ) -> Any:
     from sparseloom.core.errors import ConfigError
     from sparseloom.runtime.session import RunConfig, serve
     from sparseloom.runtime.summary import RunInterrupted
@@ -200,7 +202,8 @@ def _serve(workload: str, policy: str, slos: dict[str, Any], budget: float | int
                           f"{loaded.name!r} has tasks: {', '.join(loaded.task_names)}")
     config = RunConfig(policy=policy, slos=slos, memory_budget=budget,
                        processors=processors, load=spec, options=runtime_options,
-                       progress=progress, live=live, records_path=records_path)
+                       progress=progress, live=live, records_path=records_path,
+                       paired_gate=paired_gate)
     try:
         return serve(loaded, profile, config)
     except RunInterrupted as interrupted:  # the summary so far is printed, then exit 130

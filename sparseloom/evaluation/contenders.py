@@ -118,7 +118,7 @@ class ServeContext:
     #: not here computes in :attr:`precision` on OpenVINO, f32 elsewhere.
     processor_precisions: Mapping[str, str] = attrs.field(factory=dict)
     #: Keep a pick only where the selection rows vouch for it beside dense, row by row
-    #: (:mod:`~sparseloom.evaluation.paired_gate`; its verdicts in :attr:`gate`).
+    #: (:mod:`~sparseloom.plan.paired_gate`; its verdicts in :attr:`gate`).
     paired_gate: bool = False
     gate: Any = attrs.field(default=None, init=False)
     _gated: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
@@ -154,12 +154,12 @@ class ServeContext:
     def profile_for(self, slos: Mapping[str, SLO], policy: str = HEADLINE) -> Any:
         """The table ``policy`` plans from under ``slos``: the profile, less the picks the
         paired gate refused when :attr:`paired_gate` is on
-        (:func:`~sparseloom.evaluation.paired_gate.gated_profile`)."""
+        (:func:`~sparseloom.plan.paired_gate.gated_profile`)."""
         if not self.paired_gate:
             return self.profile
         from sparseloom.evaluation.judging import chain_precision
-        from sparseloom.evaluation.paired_gate import SelectionGate, gated_profile
         from sparseloom.plan.api import make_plan
+        from sparseloom.plan.paired_gate import SelectionGate, gated_profile
 
         key = (policy, _slo_key(slos))
         if key in self._gated:
@@ -309,8 +309,7 @@ def profile_context(workload: Any, profile: Any, zoos: Mapping[str, Any], **sett
     :param settings: the other fields of :class:`ServeContext` (``memory_budget``,
         ``tuning_queries``, ``choose_above``, ``progress``).
     """
-    from sparseloom.core.processors import openvino_cpu_precision
-    from sparseloom.evaluation.stock import openvino_precision
+    from sparseloom.core.processors import openvino_cpu_precision, openvino_precision
     from sparseloom.runtime.models import profile_processors
 
     processors = profile_processors(profile)
@@ -336,13 +335,15 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
         summary = serve(context.workload, context.profile_for(slos, policy),
                         RunConfig(policy=policy, slos=context.choosing(slos), load=spec,
                                   options=contender.options or RuntimeOptions(),
-                                  memory_budget=context.memory_budget)).summary
+                                  memory_budget=context.memory_budget,
+                                  # the context's table is gated already (profile_for)
+                                  paired_gate=False)).summary
         return _with_judged_accuracy(context, summary, context.picks(slos, policy),
                                      context.served_precisions(slos, policy), slos)
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")
     stock = STOCK_RUNTIMES[contender.name]
-    from sparseloom.evaluation.stock import openvino_precision
+    from sparseloom.core.processors import openvino_precision
 
     if stock.tuned:
         picks = context.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None

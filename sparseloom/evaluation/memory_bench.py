@@ -127,8 +127,10 @@ def serving_cost(workload: Any, profile: Any, *, policy: str, budget: float | in
     from sparseloom.runtime.server import Server
 
     before = rss_bytes()
+    # Without the paired gate: its start-up runs over the selection rows load models the
+    # server does not hold, and their freed pages would read as the server's RSS growth.
     with Server(workload, profile, policy=policy, memory_budget=budget,
-                processors=tuple(processors), progress=False) as server:
+                processors=tuple(processors), progress=False, paired_gate=False) as server:
         runtime = server.runtime
         grown = max(rss_bytes() - before, 0)
         reshaped = tuple(note.split(": ", 1)[1] for note in runtime.notes

@@ -29,7 +29,7 @@ def pick_speedups(measured: Mapping[tuple[str, tuple[int, ...] | None], Sequence
     ``processors`` are the profile's, in its order. A pick equal to the all-dense variant,
     a task whose dense model was not measured, and failed measurements give no row.
     """
-    from sparseloom.evaluation.stock import openvino_precision
+    from sparseloom.core.processors import openvino_precision
     from sparseloom.plugins.policies.baselines import dense_variant
 
     rows = []

@@ -84,7 +84,7 @@ class BenchOptions:
             rows — a tighter selection margin for picks that fell outside it there.
         paired_gate: keep a policy's pick only where the selection rows vouch for it beside
             dense, row by row, else plan again without it
-            (:mod:`~sparseloom.evaluation.paired_gate`).
+            (:mod:`~sparseloom.plan.paired_gate`).
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs
             (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
             benchmark ends). A bound trades memory for reloads between runs, which no run's

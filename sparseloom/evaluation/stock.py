@@ -232,12 +232,3 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: ServedStoc
     if load.interrupted:
         raise RunInterrupted(summary)
     return summary
-
-
-def openvino_precision(processors: Sequence[Processor]) -> str:
-    """The inference precision of the (first) OpenVINO CPU processor among ``processors``:
-    its ``INFERENCE_PRECISION_HINT``, else f32 (what sparseloom's OpenVINO backend sets)."""
-    for processor in processors:
-        if processor.backend == "ov" and processor.device.startswith("CPU"):
-            return str(processor.options.get("INFERENCE_PRECISION_HINT", "f32"))
-    return "f32"

@@ -12,6 +12,7 @@ from sparseloom.core.errors import PlanError, SparseloomError
 from sparseloom.core.registry import DEFAULT_POLICY, get_registry
 from sparseloom.core.types import SLO, Plan, Processor, as_dict
 from sparseloom.plan.contract import checked_plan, completed_plan
+from sparseloom.plan.gating import PickGate, gated_profile
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plan.preload import Preload, fit_plan
 from sparseloom.plan.slo_grid import grid_middle
@@ -35,6 +36,10 @@ class PlanResult:
         slos: the SLO each task was planned against.
         reshaped: what the memory budget made the plan give up (``no wide twins``, ``no
             lanes``; :func:`~sparseloom.plan.preload.fit_plan`), empty when it fitted.
+        refused: per task, the picks (choices joined by ``_``) the gate refused before the
+            plan's pick passed; empty without a gate or when every first pick passed.
+        table: the table the plan was made from — the profile, less the variants the gate
+            refused (:func:`~sparseloom.plan.gating.excluded_profile`); re-plans use it.
     """
 
     plan: Plan
@@ -43,6 +48,8 @@ class PlanResult:
     policy: Any = attrs.field(default=None, eq=False)
     slos: Mapping[str, SLO] = attrs.field(factory=dict, converter=as_dict)
     reshaped: tuple[str, ...] = ()
+    refused: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=as_dict)
+    table: Any = attrs.field(default=None, eq=False)
 
 
 def resolve_slos(profile: ProfileTable, slos: Mapping[str, SLO] | None,
@@ -98,6 +105,7 @@ def make_plan(
     memory_budget: float | int = 1.0,
     workload_slos: Mapping[str, SLO | None] | None = None,
     policy_options: Mapping[str, Any] | None = None,
+    gate: PickGate | None = None,
 ) -> PlanResult:
     """Plan every task of ``profile`` with the registered ``policy`` and preload for it.
 
@@ -109,6 +117,11 @@ def make_plan(
         whose routes do not fit gives up its twins, then its lanes (``PlanResult.reshaped``).
     :param workload_slos: the workload file's ``[task.slo]`` per task.
     :param policy_options: keyword options for the policy's factory.
+    :param gate: judges each task's non-dense pick (served along its processors, under its
+        SLO); a refused pick is taken out of the table and the policy plans again
+        (:func:`~sparseloom.plan.gating.gated_profile`), so every pick of the plan passed it.
+        The paired gate (:func:`~sparseloom.plan.paired_gate.serving_gate`) is what
+        ``Server`` and the commands pass.
     :raises UnknownNameError: the policy is not registered (the message lists those that are).
     :raises PlanError: an unknown task, an unusable processor, a budget too small, or a plan
         the policy returned that cannot be served (:func:`~sparseloom.plan.contract.
@@ -120,10 +133,40 @@ def make_plan(
         implementation.name = policy
     resolved, sources = resolve_slos(profile, slos, workload_slos)
     chosen = profiled_processors(profile, processors)
+    table: ProfileTable = profile
+    refused: dict[str, tuple[str, ...]] = {}
+    if gate is not None:
+        table, refused = _gated(implementation, policy, profile, chosen, resolved, gate)
     started = time.perf_counter()
-    returned = implementation.plan(list(profile.tasks), profile, chosen, resolved)
+    returned = implementation.plan(list(table.tasks), table, chosen, resolved)
     elapsed_s = time.perf_counter() - started
-    plan = completed_plan(checked_plan(returned, profile, policy, list(profile.tasks)),
-                          profile, resolved, elapsed_s)
-    plan, resident, reshaped = fit_plan(profile, plan, budget=memory_budget)
-    return PlanResult(plan, resident, sources, implementation, resolved, reshaped)
+    plan = completed_plan(checked_plan(returned, table, policy, list(table.tasks)),
+                          table, resolved, elapsed_s)
+    plan, resident, reshaped = fit_plan(table, plan, budget=memory_budget)
+    return PlanResult(plan, resident, sources, implementation, resolved, reshaped, refused,
+                      table)
+
+
+def _gated(implementation: Any, policy: str, profile: ProfileTable,
+           processors: Sequence[Processor], slos: Mapping[str, SLO], gate: PickGate
+           ) -> tuple[ProfileTable, dict[str, tuple[str, ...]]]:
+    """The table ``implementation`` plans from once ``gate`` passed every pick, and the
+    picks it refused by task."""
+    routes: dict[str, tuple[str, ...]] = {}
+    refused: dict[str, list[str]] = {}
+    tasks = list(profile.tasks)
+
+    def plan(table: ProfileTable) -> dict[str, tuple[int, ...]]:
+        returned = checked_plan(implementation.plan(tasks, table, processors, slos), table,
+                                policy, tasks)
+        routes.update({t: returned.processors_of(t) for t in returned.variants})
+        return {t: tuple(int(c) for c in v.choices) for t, v in returned.variants.items()}
+
+    def verdict(task: str, pick: tuple[int, ...]) -> Any:
+        given = gate(task, pick, routes[task], slos[task])
+        if not given.passed:
+            refused.setdefault(task, []).append("_".join(map(str, pick)))
+        return given
+
+    table = gated_profile(profile, plan, verdict)
+    return table, {t: tuple(dict.fromkeys(v)) for t, v in refused.items()}

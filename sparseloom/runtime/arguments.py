@@ -25,7 +25,7 @@ from sparseloom.workload.task import Workload
 
 def check_server_arguments(workload: Any, profile: Any, policy: Any, slos: Any, processors: Any,
                            memory_budget: Any, tasks: Any, max_queued: Any, options: Any,
-                           progress: Any) -> dict[str, SLO]:
+                           progress: Any, paired_gate: Any = True) -> dict[str, SLO]:
     """``Server(...)``'s arguments, each refused with one ``ArgumentError`` naming it; returns
     the SLOs (a pair ``(accuracy, latency_ms)`` read as an :class:`SLO`)."""
     where = "Server()"
@@ -42,5 +42,5 @@ def check_server_arguments(workload: Any, profile: Any, policy: Any, slos: Any, 
     check_names(where, "tasks", tasks)
     check_number(where, "memory_budget", memory_budget, low=0, low_open=True)
     check_number(where, "max_queued", max_queued, low=1, integer=True, optional=True)
-    check_flags(where, progress=progress)
+    check_flags(where, progress=progress, paired_gate=paired_gate)
     return checked_slos

@@ -39,7 +39,6 @@ from sparseloom.runtime import switching
 from sparseloom.runtime.arguments import check_server_arguments
 from sparseloom.runtime.executor import Runtime, RuntimeOptions
 from sparseloom.runtime.live import ServerStats, server_stats
-from sparseloom.runtime.models import profile_processors
 from sparseloom.runtime.threads import Closing, refuse_on_serving_thread, serving_thread
 
 #: Requests of one task admitted and not yet ended before ``submit`` raises ``Overloaded``.
@@ -65,16 +64,23 @@ class Server:
         :meth:`submit` raises ``Overloaded`` (:data:`DEFAULT_MAX_QUEUED`).
     :param options: runtime settings (monitor window, faults) — ``max_queued`` wins.
     :param progress: a progress bar on stderr while preloading.
+    :param paired_gate: serve a task's stitched pick only where its selection rows vouch
+        for it beside dense row by row (the low end of the 95% paired bootstrap interval of
+        pick − dense within the margin its accuracy SLO leaves); a refused pick is taken out
+        and the policy plans again (:mod:`sparseloom.plan.paired_gate`). It runs each
+        pick and dense over the selection rows once, at start; ``False`` trusts the
+        profile's accuracies alone. The refused picks are in :attr:`refused`.
     """
 
     def __init__(self, workload: Any, profile: Any = None, *, policy: str = DEFAULT_POLICY,
                  slos: Mapping[str, SLO] | None = None, processors: Sequence[str] = (),
                  memory_budget: float | int = 1.0, tasks: Sequence[str] | None = None,
                  max_queued: int | None = DEFAULT_MAX_QUEUED,
-                 options: RuntimeOptions | None = None, progress: bool = False) -> None:
+                 options: RuntimeOptions | None = None, progress: bool = False,
+                 paired_gate: bool = True) -> None:
         checked_slos = check_server_arguments(workload, profile, policy, slos, processors,
                                               memory_budget, tasks, max_queued, options,
-                                              progress)
+                                              progress, paired_gate)
         self._workload = workload
         self._profile = profile
         self._policy = policy
@@ -84,6 +90,7 @@ class Server:
         self._tasks = None if tasks is None else tuple(tasks)
         self._options = attrs.evolve(options or RuntimeOptions(), max_queued=max_queued)
         self._progress = progress
+        self._paired_gate = paired_gate
         self._runtime: Runtime | None = None
         self._serving: frozenset[str] = frozenset()
         self._closed = False
@@ -95,6 +102,8 @@ class Server:
         self.plan: Any = None
         self.preload: Any = None
         self.slo_sources: dict[str, str] = {}
+        #: Per task, the picks the paired gate refused at start (choices joined by ``_``).
+        self.refused: dict[str, tuple[str, ...]] = {}
         #: The subgraphs loaded at start (``LoadEvent``s).
         self.preload_events: list[Any] = []
 
@@ -108,14 +117,9 @@ class Server:
         """
         if self._runtime is not None:
             raise RuntimeServeError("this server was already started; make a new Server")
-        from sparseloom.plan.api import make_plan
         from sparseloom.profile.builder import build_profile
-        from sparseloom.runtime.budget import enforced_bytes
-        from sparseloom.runtime.models import RuntimeTask
-        from sparseloom.runtime.replan import Replanner
+        from sparseloom.runtime.startup import planned_runtime
         from sparseloom.workload.load import load_workload
-        from sparseloom.zoo.load import load_zoo
-        from sparseloom.zoo.options import zoo_directory
 
         workload = self._workload
         if isinstance(workload, str | os.PathLike):
@@ -127,24 +131,10 @@ class Server:
         if unknown:
             raise RuntimeServeError(f"tasks= names {', '.join(map(repr, unknown))}, which the "
                                     f"profile does not hold; tasks: {', '.join(profile.tasks)}")
-        processors = profile_processors(profile, self._processors)
-        planned = make_plan(profile, policy=self._policy, slos=self._slos, processors=processors,
-                            memory_budget=self._memory_budget,
-                            workload_slos={task.name: task.slo for task in workload.tasks})
-        policy = planned.policy
-        zoos = profile.meta.get("zoo_hashes", {})
-        tasks = [RuntimeTask(workload.task(name), load_zoo(zoo_directory(zoos[name]),
-                                                           verify=False), planned.slos[name])
-                 for name in profile.tasks]
-        # Every re-plan holds the policy to the contract make_plan held the first plan to.
-        planner = Replanner(policy, self._policy, profile, processors)
-        runtime = Runtime(tasks, processors, profile=profile, policy=policy, planner=planner,
-                          options=self._options)
-        planner.slos = runtime.slos  # the runtime's own mapping: live SLO changes reach it
-        runtime.loader.memory_budget = enforced_bytes(self._memory_budget,
-                                                      planned.preload.budget_bytes)
-        runtime.notes += [f"the memory budget reshaped the plan: {what}"
-                          for what in planned.reshaped]
+        runtime, planned = planned_runtime(
+            workload, profile, policy=self._policy, slos=self._slos,
+            processors=self._processors, memory_budget=self._memory_budget,
+            options=self._options, paired_gate=self._paired_gate, progress=self._progress)
         try:
             self.preload_events = switching.start(
                 runtime, planned.plan, active=self._tasks, preload=planned.preload,
@@ -154,6 +144,7 @@ class Server:
             raise
         self.plan, self.preload = planned.plan, planned.preload
         self.slo_sources = dict(planned.slo_sources)
+        self.refused = dict(planned.refused)
         self._serving = frozenset(self._tasks if self._tasks is not None else profile.tasks)
         self._runtime = runtime
         return self
@@ -392,5 +383,3 @@ class Server:
         runtime = self.runtime
         with self._lock:
             return server_stats(runtime, self._serving, self._busy_since)
-
-

@@ -60,6 +60,8 @@ class RunConfig:
         records_path: stream every ended request's record to this CSV file as the run goes.
         live: ``live(server)`` gives a context manager held while the load is offered (the
             CLI's live view); ``None``: none.
+        paired_gate: serve a stitched pick only where the selection rows vouch for it beside
+            dense (``Server(paired_gate=...)``).
     """
 
     policy: str = attrs.field(default=DEFAULT_POLICY,
@@ -76,6 +78,7 @@ class RunConfig:
     records_path: Path | None = None
     live: Callable[[Any], contextlib.AbstractContextManager[Any]] | None = attrs.field(
         default=None, eq=False)
+    paired_gate: bool = attrs.field(default=True, validator=instance_field(bool, "True or False"))
 
 
 @attrs.frozen(eq=False)
@@ -116,7 +119,7 @@ def serve(workload: Any, profile: Any, config: RunConfig | None = None) -> RunRe
                     processors=config.processors, memory_budget=config.memory_budget,
                     tasks=order[:1] or None, options=options,
                     max_queued=options.max_queued or DEFAULT_MAX_QUEUED,
-                    progress=config.progress)
+                    progress=config.progress, paired_gate=config.paired_gate)
     rss_before = rss_bytes()
     started = time.perf_counter()
     stream: RecordStream | None = None

@@ -45,7 +45,10 @@ def test_every_builtin_policy_plans_tiny_with_stable_json_keys() -> None:
         report = json.loads(result.stdout)
         assert report["policy"] == policy
         assert set(report) >= {"workload", "processors", "order", "decision_seconds", "tasks",
-                               "preload", "overflow"}
+                               "preload", "overflow", "refused"}
+        # Each pick the paired gate refused is named, and none of them is served.
+        chosen = "_".join(map(str, report["tasks"]["tiny"]["variant"]))
+        assert chosen not in report["refused"].get("tiny", [])
         # Overflow threads go only where tasks share a processor: tiny has one task.
         assert report["overflow"] == []
         task = report["tasks"]["tiny"]

@@ -378,3 +378,12 @@ def load_processors(path: str | os.PathLike[str]) -> list[Processor]:
     if not isinstance(tables, Mapping) or not tables:
         raise ConfigError(f"{str(path)!r} has no [processors.\"<backend>:<device>\"] tables")
     return [get_processor({"name": name, **dict(table)}) for name, table in tables.items()]
+
+
+def openvino_precision(processors: Sequence[Processor]) -> str:
+    """The inference precision of the (first) OpenVINO CPU processor among ``processors``:
+    its ``INFERENCE_PRECISION_HINT``, else f32 (what sparseloom's OpenVINO backend sets)."""
+    for processor in processors:
+        if processor.backend == "ov" and processor.device.startswith("CPU"):
+            return str(processor.options.get("INFERENCE_PRECISION_HINT", "f32"))
+    return "f32"

@@ -23,15 +23,17 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sparseloom.core.types import SLO
+from sparseloom.plan.gating import (
+    EXCLUDED,
+    GATE_ATTEMPTS,
+    PickGate,
+    excluded_profile,
+    gated_profile,
+)
+
 __all__ = ["EXCLUDED", "GATE_ATTEMPTS", "GateVerdict", "SelectionGate", "excluded_profile",
-           "gate_pick", "gated_profile"]
-
-#: The accuracy an excluded variant reads: below every metric (they lie in [0, 1]), finite so
-#: that no policy's arithmetic on accuracies meets ``inf - inf``.
-EXCLUDED = -1.0
-
-#: Refusals after which a task keeps only its dense variants.
-GATE_ATTEMPTS = 12
+           "gate_pick", "gated_profile", "serving_gate", "workload_gate"]
 
 
 @attrs.frozen
@@ -41,7 +43,7 @@ class GateVerdict:
     Attributes:
         task: the task.
         model: the pick's choices joined by ``_``.
-        precision: what both were computed in (:func:`~sparseloom.evaluation.judging.
+        precision: what both were computed in (:func:`~sparseloom.zoo.served_rows.
             chain_precision`).
         rows: selection rows.
         low: the low end of the 95% paired bootstrap interval of pick − dense.
@@ -73,7 +75,7 @@ def gate_pick(task: Any, zoo: Any, pick: Sequence[int], precision: str, margin: 
     :param dense_outputs: dense's scored output on those rows in ``precision``, if known.
     :returns: the verdict and dense's scored output (to pass for the next pick).
     """
-    from sparseloom.evaluation.judging import paired_interval, served_outputs
+    from sparseloom.zoo.served_rows import paired_interval, served_outputs
 
     if dense_outputs is None:
         dense_outputs = served_outputs(task, zoo, None, precision)
@@ -120,70 +122,37 @@ class SelectionGate:
         return self._seen[key]
 
 
-def excluded_profile(profile: Any, excluded: Mapping[str, set[int]]) -> Any:
-    """A copy of ``profile`` in which the stitched variants ``excluded`` names (rows, by
-    task) have accuracy :data:`EXCLUDED` — measured, estimated and as served — so no
-    accuracy SLO admits them; ``profile`` itself when nothing is excluded."""
-    from sparseloom.profile.table import ProfileTable
+def serving_gate(gate: SelectionGate, processors: Sequence[Any]) -> PickGate:
+    """``gate`` as :func:`~sparseloom.plan.api.make_plan` asks a gate: a pick served along
+    some of ``processors`` (records) is judged in the precision each position computes in
+    (:func:`~sparseloom.zoo.served_rows.chain_precision`) against the margin its SLO
+    leaves below dense's selection accuracy (the zoo's record)."""
+    from sparseloom.core.processors import openvino_precision
+    from sparseloom.zoo.served_rows import chain_precision, judged_precision
 
-    tasks = {}
-    for name, rows in excluded.items():
-        if not rows:
-            continue
-        task = profile.task(name)
-        index = np.fromiter(sorted(rows), dtype=np.int64)
-        arrays = {}
-        for field in ("accuracy_estimated", "accuracy_measured", "served_accuracy"):
-            array = np.array(getattr(task, field), copy=True)
-            if array.shape and array.shape[0] == task.accuracy_estimated.shape[0]:
-                array[index] = EXCLUDED
-            arrays[field] = array
-        tasks[name] = attrs.evolve(task, **arrays)
-    if not tasks:
-        return profile
-    return ProfileTable(profile.workload, profile.processors, dict(profile.tasks) | tasks,
-                        dict(profile.meta), unmasked=profile.unmasked)
+    precisions = {p.name: judged_precision(openvino_precision([p])) for p in processors}
+
+    def verdict(task: str, pick: tuple[int, ...], route: tuple[str, ...], slo: SLO
+                ) -> GateVerdict:
+        precision = chain_precision([precisions.get(name, "f32") for name in route])
+        dense = float(gate.zoos[task].manifest["metric"]["dense"])
+        return gate(task, pick, precision, dense - slo.accuracy)
+
+    return verdict
 
 
-def gated_profile(profile: Any, plan: Callable[[Any], Mapping[str, Sequence[int]]],
-                  verdict: Callable[[str, tuple[int, ...]], GateVerdict],
-                  attempts: int = GATE_ATTEMPTS) -> Any:
-    """The table a policy plans from once every pick it makes passes the gate.
+def workload_gate(workload: Any, profile: Any, processors: Sequence[Any] | None = None, *,
+                  zoos: Mapping[str, Any] | None = None,
+                  progress: Callable[[str], None] | None = None) -> PickGate:
+    """The paired gate of ``workload`` planned from ``profile`` on ``processors`` (records or
+    names; default every profiled one), for :func:`~sparseloom.plan.api.make_plan`'s
+    ``gate``.
 
-    Each refused pick is taken out and the policy plans again; a task refused ``attempts``
-    times keeps only its dense variants. Every plan is checked whole, so a task whose pick
-    changes because another task's did is judged too; it ends after at most
-    ``attempts × tasks + 1`` plans.
-
-    :param plan: the picks (choices per task) a policy makes from a table.
-    :param verdict: the gate's verdict on one task's pick (a :class:`SelectionGate`, its
-        precision and margin given).
-    :returns: the table (``profile`` itself when every first pick passed).
+    :param zoos: the task's zoos, if loaded (default: as the profile names them).
+    :param progress: called with one line per verdict.
     """
-    excluded: dict[str, set[int]] = {}
-    refusals: dict[str, int] = {}
-    current = profile
-    while True:
-        failing = False
-        for task, choices in plan(current).items():
-            pick = tuple(int(c) for c in choices)
-            table = profile.task(task)
-            if _dense(table, pick):
-                continue
-            if verdict(task, pick).passed:
-                continue
-            failing = True
-            refusals[task] = refusals.get(task, 0) + 1
-            if refusals[task] < attempts:
-                excluded.setdefault(task, set()).add(int(table.index(list(pick))))
-                continue
-            rows = np.arange(table.accuracy_estimated.shape[0])
-            excluded[task] = {int(r) for r, c in zip(rows, table.choices(rows), strict=True)
-                              if not _dense(table, tuple(int(x) for x in c))}
-        if not failing:
-            return current
-        current = excluded_profile(profile, excluded)
+    from sparseloom.plan.api import profiled_processors
+    from sparseloom.zoo.load import profiled_zoos
 
-
-def _dense(task: Any, pick: tuple[int, ...]) -> bool:
-    return all(task.variant_kinds[c] == "dense" for c in pick)
+    return serving_gate(SelectionGate(workload, zoos or profiled_zoos(profile), progress),
+                        profiled_processors(profile, processors))

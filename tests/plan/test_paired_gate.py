@@ -11,7 +11,7 @@ import pytest
 
 from sparseloom.core.types import SLO
 from sparseloom.evaluation.judging import judging_report, render_judging
-from sparseloom.evaluation.paired_gate import (
+from sparseloom.plan.paired_gate import (
     EXCLUDED,
     GATE_ATTEMPTS,
     GateVerdict,
@@ -157,3 +157,102 @@ def test_the_report_names_each_refused_pick() -> None:
     text = "\n".join(render_judging(judged | {"gate": section["gate"]}))
     assert ("The paired gate gave 2 verdict(s) on the selection rows and refused 1 pick(s): "
             "t 2_1 (f32, -5.00 against a 1.00 margin).") in text
+
+
+def _loose_slos(zoos: Any, drop: float) -> dict[str, SLO]:
+    """Each task at its dense selection accuracy − ``drop``, any latency."""
+    return {name: SLO(float(zoo.manifest["metric"]["dense"]) - drop, 1e9)
+            for name, zoo in zoos.items()}
+
+
+def _without_dense(profile: Any) -> Any:
+    """``profile`` with each task's dense chain excluded: tiny's dense model is its fastest
+    variant too, so every policy serves it; without it a policy must pick a stitched one."""
+    return excluded_profile(profile, {name: {int(task.index([0] * task.n_positions))}
+                                      for name, task in profile.tasks.items()})
+
+
+def test_make_plan_plans_again_without_each_pick_its_gate_refuses(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.plan.api import make_plan
+
+    _, dense_first, zoos = tiny
+    profile = _without_dense(dense_first)
+    slos = _loose_slos(zoos, 0.05)
+    first = make_plan(profile, slos=slos)
+    assert first.refused == {} and first.table is profile
+    stitched = {t: tuple(v.choices) for t, v in first.plan.variants.items()
+                if not _dense(profile.task(t), tuple(v.choices))}
+    assert stitched, "without its dense chain, tiny's pick is stitched"
+    asked: list[tuple[str, tuple[int, ...], tuple[str, ...], SLO]] = []
+
+    def refuse_the_first_picks(task: str, pick: tuple[int, ...], route: tuple[str, ...],
+                               slo: SLO) -> GateVerdict:
+        asked.append((task, pick, route, slo))
+        return _verdict(task, pick, passed=stitched.get(task) != pick)
+
+    gated = make_plan(profile, slos=slos, gate=refuse_the_first_picks)
+    for task, pick in stitched.items():
+        assert tuple(gated.plan.variants[task].choices) != pick
+        assert gated.refused[task] == ("_".join(map(str, pick)),)
+        assert gated.table.task(task).accuracy(list(pick)) == EXCLUDED
+        assert (task, pick, first.plan.processors_of(task), slos[task]) in asked
+    assert all(not _dense(profile.task(t), p) for t, p, _, _ in asked)  # dense never asked
+
+
+def test_plan_api_refuses_the_gate_without_the_rows_it_judges_on(
+        tiny: tuple[Any, Any, Any]) -> None:
+    import sparseloom
+    from sparseloom.core.errors import ArgumentError
+
+    _, profile, _ = tiny
+    with pytest.raises(ArgumentError, match="paired_gate=True judges each pick"):
+        sparseloom.make_plan(profile, paired_gate=True)
+    with pytest.raises(ArgumentError, match="paired_gate"):
+        sparseloom.make_plan(profile, paired_gate="yes")  # type: ignore[arg-type]
+    assert sparseloom.make_plan(profile).refused == {}
+
+
+def test_a_server_serves_a_stitched_pick_only_where_the_paired_gate_kept_it(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.runtime.server import Server
+
+    workload, dense_first, zoos = tiny
+    profile = _without_dense(dense_first)
+    slos = _loose_slos(zoos, 0.02)
+    with Server(workload, profile, slos=slos) as server:
+        served = {t: (tuple(v.choices), server.plan.processors_of(t))
+                  for t, v in server.plan.variants.items()}
+        refused = dict(server.refused)
+    with Server(workload, profile, slos=slos, paired_gate=False) as ungated:
+        assert ungated.refused == {}
+        trusted = {t: tuple(v.choices) for t, v in ungated.plan.variants.items()}
+    from sparseloom.core.processors import openvino_precision
+    from sparseloom.evaluation.judging import chain_precision, judged_precision
+    from sparseloom.plan.api import profiled_processors
+
+    computes = {p.name: judged_precision(openvino_precision([p]))
+                for p in profiled_processors(profile)}
+    margin = {t: float(zoos[t].manifest["metric"]["dense"]) - s.accuracy
+              for t, s in slos.items()}
+    judged = 0
+    for task, (pick, route) in served.items():
+        assert "_".join(map(str, pick)) not in refused.get(task, ())
+        if _dense(profile.task(task), pick):
+            continue
+        precision = chain_precision([computes[name] for name in route])
+        verdict, _ = gate_pick(workload.task(task), zoos[task], pick, precision, margin[task])
+        assert verdict.passed, verdict
+        judged += 1
+    for task, models in refused.items():
+        assert trusted[task] != served[task][0] and models
+    assert judged or refused, "the gate judged nothing: no stitched pick to test it on"
+
+
+def test_a_server_refuses_a_paired_gate_that_is_not_a_flag(tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.core.errors import ArgumentError
+    from sparseloom.runtime.server import Server
+
+    workload, profile, _ = tiny
+    with pytest.raises(ArgumentError, match="paired_gate"):
+        Server(workload, profile, paired_gate="no")  # type: ignore[arg-type]
