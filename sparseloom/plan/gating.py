@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import attrs
 import numpy as np
 
+from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO
 
 __all__ = ["EXCLUDED", "GATE_ATTEMPTS", "PickGate", "Vouched", "excluded_profile",
@@ -76,7 +77,10 @@ def gated_profile(profile: Any, plan: Callable[[Any], Mapping[str, Sequence[int]
     Each refused pick is taken out and the policy plans again; a task refused ``attempts``
     times keeps only its dense variants. Every plan is checked whole, so a task whose pick
     changes because another task's did is judged too; it ends after at most
-    ``attempts × tasks + 1`` plans. Dense picks are never judged.
+    ``(attempts + 1) × tasks + 1`` plans. Dense picks are never judged.
+
+    :raises PlanError: the policy still picks a stitched variant for a task left only its
+        dense ones (a policy that ignores accuracy when no variant meets the SLO).
 
     :param plan: the picks (choices per task) a policy makes from a table.
     :param verdict: the gate's verdict on one task's pick.
@@ -96,6 +100,13 @@ def gated_profile(profile: Any, plan: Callable[[Any], Mapping[str, Sequence[int]
                 continue
             failing = True
             refusals[task] = refusals.get(task, 0) + 1
+            if refusals[task] > attempts:
+                raise PlanError(
+                    f"the policy chose {task}'s stitched variant "
+                    f"{'_'.join(map(str, pick))} though the paired gate had refused its "
+                    f"picks {attempts} times and left it only its dense variants; lower "
+                    f"{task}'s accuracy SLO, or plan without the gate (--no-paired-gate, "
+                    f"paired_gate=False)")
             if refusals[task] < attempts:
                 excluded.setdefault(task, set()).add(int(table.index(list(pick))))
                 continue

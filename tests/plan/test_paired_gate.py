@@ -102,6 +102,28 @@ def test_a_task_refused_every_time_serves_its_dense_variants(
     assert all(calls.count(t) <= GATE_ATTEMPTS for t in profile.tasks)
 
 
+def test_a_policy_that_keeps_serving_a_refused_pick_is_an_error_not_a_loop(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.core.errors import PlanError
+
+    _, profile, _ = tiny
+    name = next(iter(profile.tasks))
+    stitched = (1,) * profile.task(name).n_positions  # unstructured pruning: not dense
+
+    def stubborn(table: Any) -> dict[str, tuple[int, ...]]:
+        return {name: stitched}
+
+    calls: list[tuple[int, ...]] = []
+
+    def refuse(task: str, pick: tuple[int, ...]) -> GateVerdict:
+        calls.append(pick)
+        return _verdict(task, pick, passed=False)
+
+    with pytest.raises(PlanError, match=f"refused its picks {GATE_ATTEMPTS} times"):
+        gated_profile(profile, stubborn, refuse)
+    assert len(calls) == GATE_ATTEMPTS + 1
+
+
 def test_every_first_pick_passing_leaves_the_profile_as_it_was(
         tiny: tuple[Any, Any, Any]) -> None:
     _, profile, _ = tiny
@@ -256,3 +278,22 @@ def test_a_server_refuses_a_paired_gate_that_is_not_a_flag(tiny: tuple[Any, Any,
     workload, profile, _ = tiny
     with pytest.raises(ArgumentError, match="paired_gate"):
         Server(workload, profile, paired_gate="no")  # type: ignore[arg-type]
+
+
+def test_a_run_names_each_pick_the_paired_gate_refused_and_serves_none_of_them(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.runtime.load import LoadSpec
+    from sparseloom.runtime.session import RunConfig, serve
+
+    workload, dense_first, zoos = tiny
+    profile = _without_dense(dense_first)
+    # An accuracy SLO one point above dense: no pick's paired low end vouches for it, so the
+    # gate refuses pick after pick until the task keeps only its (excluded) dense chain.
+    slos = _loose_slos(zoos, -0.01)
+    result = serve(workload, profile, RunConfig(slos=slos, load=LoadSpec(queries=5)))
+    notes = [n for n in result.summary.notes if n.startswith("the paired gate refused tiny's")]
+    assert len(notes) == 1, result.summary.notes
+    refused = notes[0].split("tiny's ", 1)[1].split(":", 1)[0].split(", ")
+    assert len(refused) == GATE_ATTEMPTS
+    served = {r.variant.replace(",", "_") for r in result.records}
+    assert served and not served & set(refused)
