@@ -153,32 +153,28 @@ class ServeContext:
 
     def profile_for(self, slos: Mapping[str, SLO], policy: str = HEADLINE) -> Any:
         """The table ``policy`` plans from under ``slos``: the profile, less the picks the
-        paired gate refused when :attr:`paired_gate` is on
-        (:func:`~sparseloom.plan.paired_gate.gated_profile`)."""
+        paired gate refused when :attr:`paired_gate` is on (:func:`~sparseloom.plan.api.
+        make_plan`'s gated table; each pick judged in its route's precision against the
+        margin ``slos`` allow, not the raised SLO the policy chooses at)."""
         if not self.paired_gate:
             return self.profile
         from sparseloom.evaluation.judging import chain_precision
         from sparseloom.plan.api import make_plan
-        from sparseloom.plan.paired_gate import SelectionGate, gated_profile
+        from sparseloom.plan.paired_gate import SelectionGate
 
         key = (policy, _slo_key(slos))
         if key in self._gated:
             return self._gated[key]
-        if self.gate is None:
-            self.gate = SelectionGate(self.workload, self.zoos, self.progress)
-        routes: dict[str, tuple[str, ...]] = {}
+        gate = self.gate = self.gate or SelectionGate(self.workload, self.zoos, self.progress)
 
-        def plan(table: Any) -> dict[str, tuple[int, ...]]:
-            planned = make_plan(table, policy=policy, slos=self.choosing(slos)).plan
-            routes.update({t: planned.processors_of(t) for t in planned.variants})
-            return {t: tuple(v.choices) for t, v in planned.variants.items()}
+        def verdict(task: str, pick: tuple[int, ...], route: tuple[str, ...], _: SLO) -> Any:
+            # judged at the SLO the contender is held to, not the raised one it plans with
+            precision = chain_precision([self._processor_precision(p) for p in route])
+            return gate(task, pick, precision,
+                        self.selection_accuracy(task, None) - slos[task].accuracy)
 
-        def verdict(task: str, pick: tuple[int, ...]) -> Any:
-            precision = chain_precision([self._processor_precision(p) for p in routes[task]])
-            return self.gate(task, pick, precision,
-                             self.selection_accuracy(task, None) - slos[task].accuracy)
-
-        self._gated[key] = gated_profile(self.profile, plan, verdict)
+        self._gated[key] = make_plan(self.profile, policy=policy, slos=self.choosing(slos),
+                                     gate=verdict).table
         return self._gated[key]
 
     def served_precisions(self, slos: Mapping[str, SLO], policy: str = HEADLINE
