@@ -38,11 +38,15 @@ demo: venv system-deps
 	$(VENV)/bin/sparseloom demo
 
 # `make test` leaves out the tests marked slow (they build, profile and serve the real bundled
-# workloads); `make test-slow` runs them, and CI (.ci/run) runs both. From a clean clone on a
-# 2-vCPU AMD EPYC, 2026-12-06: `make test` 20 min 43 s, `make test-slow` 8 min 17 s.
+# workloads); `make test-slow` runs them, and CI (.ci/run) runs both. `make test` runs its tests
+# on TEST_WORKERS pytest-xdist workers (a test file stays on one worker), then the tests marked
+# serial (they read the whole machine's load) one at a time.
+TEST_WORKERS ?= 2
 test: venv system-deps $(RAY_STAMP)
 	$(VENV)/bin/ruff check sparseloom tests examples benchmarks
-	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not serial" -n $(TEST_WORKERS) --dist loadfile \
+		--durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "serial and not slow" $(PYTEST_ARGS)
 
 test-slow: venv system-deps $(RAY_STAMP)
 	$(PY) -m pytest -m slow --durations=15 $(PYTEST_ARGS)

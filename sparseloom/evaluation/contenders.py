@@ -135,6 +135,7 @@ class ServeContext:
     #: Every judgement on held-out rows, by (task, pick, precision, accuracy SLO).
     judgements: dict[tuple[Any, ...], Judged] = attrs.field(factory=dict, init=False)
     _dense_outputs: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)
+    _judged_runs: dict[tuple[Any, ...], Judged] = attrs.field(factory=dict, init=False)
 
     def picks(self, slos: Mapping[str, SLO], policy: str = HEADLINE
               ) -> dict[str, tuple[int, ...]]:
@@ -279,20 +280,24 @@ class ServeContext:
                slo_accuracy: float) -> Judged:
         """``pick`` of ``task`` (``None``: dense) judged on the task's held-out rows in
         ``precision`` against the margin ``slo_accuracy`` leaves below dense
-        (:mod:`sparseloom.evaluation.judging`); measured once per benchmark."""
+        (:mod:`sparseloom.evaluation.judging`). The rows run once per benchmark for each
+        (task, pick, precision); another SLO (a grid cell) only moves the margin."""
         from sparseloom.evaluation.judging import judge
 
         choices = None if pick is None else tuple(int(c) for c in pick)
         key = (task, choices, precision, round(float(slo_accuracy), 9))
         if key not in self.judgements:
             dense = self.selection_accuracy(task, None)
-            judged, outputs = judge(
-                self.workload.task(task), self.zoos[task], choices, precision,
-                selection_drop=dense - self.selection_accuracy(task, choices),
-                margin=dense - float(slo_accuracy),
-                dense_outputs=self._dense_outputs.get((task, precision)))
-            self._dense_outputs[task, precision] = outputs
-            self.judgements[key] = judged
+            margin = dense - float(slo_accuracy)
+            ran = self._judged_runs.get(key[:3])
+            if ran is None:
+                ran, outputs = judge(
+                    self.workload.task(task), self.zoos[task], choices, precision,
+                    selection_drop=dense - self.selection_accuracy(task, choices),
+                    margin=margin, dense_outputs=self._dense_outputs.get((task, precision)))
+                self._dense_outputs[task, precision] = outputs
+                self._judged_runs[key[:3]] = ran
+            self.judgements[key] = attrs.evolve(ran, margin=margin)
         return self.judgements[key]
 
 

@@ -433,6 +433,26 @@ def test_choosing_above_the_slo_tightens_the_picks_not_the_verdict(
     assert attrs.evolve(context, choose_above=0.5).choosing(slos)["tiny"].accuracy == dense
 
 
+def test_a_pick_judged_at_another_slo_reads_as_a_fresh_judgement(
+        context: ServeContext) -> None:
+    import attrs
+
+    from sparseloom.evaluation.judging import judge
+    from sparseloom.evaluation.serve_figures import dense_slos
+
+    slos = dense_slos(context)
+    pick = context.picks(slos, "sparseloom-loaded")["tiny"]
+    dense = context.selection_accuracy("tiny", None)
+    loose = context.judged("tiny", pick, "f32", slos["tiny"].accuracy)
+    strict = context.judged("tiny", pick, "f32", dense + 0.02)  # a grid cell above dense
+    fresh, _ = judge(context.workload.task("tiny"), context.zoos["tiny"], tuple(pick), "f32",
+                     selection_drop=loose.selection_drop, margin=-0.02)
+    assert strict.margin == pytest.approx(-0.02) and fresh.margin == pytest.approx(-0.02)
+    assert attrs.evolve(strict, margin=fresh.margin) == fresh
+    assert attrs.evolve(loose, margin=fresh.margin) == fresh
+    assert context.judged("tiny", pick, "f32", dense + 0.02) is strict
+
+
 def test_a_missing_ratio_says_whether_accuracy_or_validity_kept_it_out() -> None:
     from sparseloom.evaluation.serve_report import headline_lines
 

@@ -182,6 +182,7 @@ def test_onnx_runtime_serves_the_float16_encoder_on_every_cpu(tmp_path: Path,
     backend.unload(loaded)
 
 
+@pytest.mark.serial  # another test beside it is foreign load
 def test_probe_processes_are_not_foreign_load(tmp_path: Path, own_cache: Path) -> None:
     from sparseloom.profile.machine_load import ForeignLoad
 

@@ -150,6 +150,26 @@ def test_the_gate_runs_on_the_selection_rows_never_the_judging_rows(
     assert verdict.passed == (verdict.low >= -0.01 - 1e-9)
 
 
+def test_a_pick_asked_at_another_margin_is_judged_as_a_fresh_run_judges_it(
+        tiny: tuple[Any, Any, Any]) -> None:
+    from sparseloom.plan.paired_gate import SelectionGate
+
+    workload, profile, zoos = tiny
+    name = next(iter(profile.tasks))
+    table = profile.task(name)
+    pick = tuple(int(c) for c in table.choices([table.accuracy_estimated.size - 1])[0])
+    gate = SelectionGate(workload, zoos)
+    first = gate(name, pick, "f32", 0.5)
+    # a grid cell with a tighter SLO: the same rows' difference, another margin
+    tight = -first.low - 0.01  # the low end lies 1 point below what this margin allows
+    second = gate(name, pick, "f32", tight)
+    fresh, _ = gate_pick(workload.task(name), zoos[name], pick, "f32", margin=tight)
+    assert second == fresh and second.margin == tight and not second.passed
+    assert first.passed and first.low == fresh.low and first.margin == 0.5
+    assert gate(name, pick, "f32", 0.5) is first  # asked again: the verdict already given
+    assert gate.verdicts == [first, second]
+
+
 def test_a_context_with_the_gate_serves_only_picks_the_gate_kept(
         tiny: tuple[Any, Any, Any]) -> None:
     from sparseloom.evaluation.contenders import profile_context
