@@ -46,9 +46,10 @@ def fit_chain_model(
 
     The correction stays ``(1, 0)`` when the estimator has no ``fit`` or fewer than its minimum
     of chains were measured; a least-squares scale outside :data:`SCALE_RANGE` falls back to
-    the mean offset (scale 1). The check says which.
+    the median offset (scale 1: one chain timed during a hiccup moves a mean, not a median).
+    The check says which.
     """
-    from sparseloom.profile.table import ProfileTable
+    from sparseloom.profile.table import ProfileTable, chain_latency
 
     identity = np.array([1.0, 0.0])
     measured = np.asarray(chain_ms, dtype=np.float64)
@@ -78,9 +79,9 @@ def fit_chain_model(
         # slope (regression dilution: 0.4 seen on `tiny`), which would squeeze every latency
         # difference a policy compares; what is systematic there is an added cost per chain.
         check["mode"] = f"offset only (least-squares scale {scale:.3f} outside {SCALE_RANGE})"
-        scale, offset = 1.0, float(np.mean(measured[keep] - additive))
+        scale, offset = 1.0, float(np.median(measured[keep] - additive))
     fitted = np.array([float(scale), float(offset)])
     check["fitted_mape_in_sample"] = float(mape(measured[keep],
-                                                fitted[0] * additive + fitted[1]))
+                                                chain_latency(additive, scale, offset)))
     check["scale"], check["offset_ms"] = float(scale), float(offset)
     return fitted, check

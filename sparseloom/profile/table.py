@@ -53,6 +53,23 @@ OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit",
 
 ChoicesLike = Sequence[int] | np.ndarray
 
+#: A corrected chain latency never falls below this share of its additive sum: a line fitted on
+#: ten noisy chains of a sub-millisecond model can carry an offset larger than its fastest chain
+#: (seen: −1.33 ms on `tiny`), and a negative latency is no estimate at all.
+CHAIN_FLOOR_RATIO = 0.5
+#: Nor below one microsecond, whatever the sum (hand-offs are measured differences and may be
+#: negative).
+CHAIN_FLOOR_MS = 1e-3
+
+
+def chain_latency(additive_ms: np.ndarray, scale: float, offset: float) -> np.ndarray:
+    """``scale · additive_ms + offset``, floored at :data:`CHAIN_FLOOR_RATIO` of the additive
+    sum and at :data:`CHAIN_FLOOR_MS`. The floor is a maximum of non-decreasing functions of
+    the sum (the scale is positive), so a faster additive sum is never estimated slower."""
+    additive = np.asarray(additive_ms, dtype=np.float64)
+    fitted = additive if (scale, offset) == (1.0, 0.0) else scale * additive + offset
+    return np.maximum(np.maximum(fitted, CHAIN_FLOOR_RATIO * additive), CHAIN_FLOOR_MS)
+
 
 def _strings(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(str(value) for value in values)
@@ -213,9 +230,10 @@ class TaskProfile:
 
     def apply_chain_fit(self, additive_ms: np.ndarray) -> np.ndarray:
         """``scale · additive_ms + offset`` (:attr:`chain_fit`): chain latencies from additive
-        ones (stage times plus hand-offs). The scale is positive, so orderings are kept."""
+        ones (stage times plus hand-offs), floored as :func:`chain_latency` says. The scale is
+        positive, so orderings are kept."""
         scale, offset = (float(x) for x in self.chain_fit)
-        return additive_ms if (scale, offset) == (1.0, 0.0) else scale * additive_ms + offset
+        return chain_latency(additive_ms, scale, offset)
 
     def _fitted(self, total: np.ndarray, include_handoff: bool, fitted: bool) -> np.ndarray:
         return self.apply_chain_fit(total) if include_handoff and fitted else total

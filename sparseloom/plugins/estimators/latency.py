@@ -98,8 +98,9 @@ class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
         additive = super().predict_many(task, choices, orders, profile)
         if task not in self.coefficients:
             return profile.task(task).apply_chain_fit(additive)
-        scale, offset = self.coefficients[task]
-        return scale * additive + offset
+        from sparseloom.profile.table import chain_latency
+
+        return chain_latency(additive, *self.coefficients[task])
 
 
 @hookimpl
