@@ -40,7 +40,7 @@ demo: venv system-deps
 # `make test` leaves out the tests marked slow (they build, profile and serve the real bundled
 # workloads); `make test-slow` runs them, and CI (.ci/run) runs both. `make test` runs its tests
 # on TEST_WORKERS pytest-xdist workers (a test file stays on one worker), then the tests marked
-# serial (they read the whole machine's load) one at a time.
+# serial (they read the whole machine's load or hold timings to a tolerance) one at a time.
 TEST_WORKERS ?= 2
 test: venv system-deps $(RAY_STAMP)
 	$(VENV)/bin/ruff check sparseloom tests examples benchmarks

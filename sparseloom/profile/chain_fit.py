@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sparseloom.core.registry import get_registry
+from sparseloom.profile.chain_floor import chain_latency
 from sparseloom.profile.metrics import mape
 
 #: Chains timed per task during profiling (the fit's training set and the self-check).
@@ -49,7 +50,7 @@ def fit_chain_model(
     the median offset (scale 1: one chain timed during a hiccup moves a mean, not a median).
     The check says which.
     """
-    from sparseloom.profile.table import ProfileTable, chain_latency
+    from sparseloom.profile.table import ProfileTable
 
     identity = np.array([1.0, 0.0])
     measured = np.asarray(chain_ms, dtype=np.float64)

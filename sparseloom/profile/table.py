@@ -23,6 +23,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.errors import ProfileError
+from sparseloom.profile.chain_floor import chain_latency
 
 FORMAT_VERSION = 1
 JSON_NAME = "profile.json"
@@ -52,23 +53,6 @@ OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit",
                              "numerics_error", "served_accuracy"})
 
 ChoicesLike = Sequence[int] | np.ndarray
-
-#: A corrected chain latency never falls below this share of its additive sum: a line fitted on
-#: ten noisy chains of a sub-millisecond model can carry an offset larger than its fastest chain
-#: (seen: −1.33 ms on `tiny`), and a negative latency is no estimate at all.
-CHAIN_FLOOR_RATIO = 0.5
-#: Nor below one microsecond, whatever the sum (hand-offs are measured differences and may be
-#: negative).
-CHAIN_FLOOR_MS = 1e-3
-
-
-def chain_latency(additive_ms: np.ndarray, scale: float, offset: float) -> np.ndarray:
-    """``scale · additive_ms + offset``, floored at :data:`CHAIN_FLOOR_RATIO` of the additive
-    sum and at :data:`CHAIN_FLOOR_MS`. The floor is a maximum of non-decreasing functions of
-    the sum (the scale is positive), so a faster additive sum is never estimated slower."""
-    additive = np.asarray(additive_ms, dtype=np.float64)
-    fitted = additive if (scale, offset) == (1.0, 0.0) else scale * additive + offset
-    return np.maximum(np.maximum(fitted, CHAIN_FLOOR_RATIO * additive), CHAIN_FLOOR_MS)
 
 
 def _strings(values: Sequence[str]) -> tuple[str, ...]:
@@ -229,9 +213,8 @@ class TaskProfile:
         return best[self.index(choices)]
 
     def apply_chain_fit(self, additive_ms: np.ndarray) -> np.ndarray:
-        """``scale · additive_ms + offset`` (:attr:`chain_fit`): chain latencies from additive
-        ones (stage times plus hand-offs), floored as :func:`chain_latency` says. The scale is
-        positive, so orderings are kept."""
+        """``scale · additive_ms + offset`` (:attr:`chain_fit`) from additive latencies (stage
+        times plus hand-offs), floored (:mod:`sparseloom.profile.chain_floor`): order kept."""
         scale, offset = (float(x) for x in self.chain_fit)
         return chain_latency(additive_ms, scale, offset)
 

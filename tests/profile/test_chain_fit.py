@@ -77,7 +77,7 @@ def test_an_offset_larger_than_the_fastest_chain_never_gives_a_negative_latency(
     # Sub-millisecond stages with a fitted offset of −1.33 ms (seen on `tiny`): the line
     # extrapolates below zero, which made the SLO grid refuse a negative latency SLO.
     from sparseloom.plan.slo_grid import slo_grid
-    from sparseloom.profile.table import CHAIN_FLOOR_RATIO
+    from sparseloom.profile.chain_floor import CHAIN_FLOOR_MS, CHAIN_FLOOR_RATIO
 
     rng = np.random.default_rng(7)
     profile = task_profile("t", rng.uniform(0.01, 0.05, (2, 5, 2)),
@@ -89,7 +89,7 @@ def test_an_offset_larger_than_the_fastest_chain_never_gives_a_negative_latency(
     additive = latency_matrix(profile, rows, orders, include_handoff=False) \
         + profile.handoff_ms[0][orders[:, 0], orders[:, 1]][None, :]
     assert np.all(chained > 0)
-    np.testing.assert_allclose(chained, np.maximum(CHAIN_FLOOR_RATIO * additive, 1e-3))
+    np.testing.assert_allclose(chained, np.maximum(CHAIN_FLOOR_RATIO * additive, CHAIN_FLOOR_MS))
     # A faster additive sum is never estimated slower.
     by_sum = np.argsort(additive, axis=None)
     assert np.all(np.diff(chained.reshape(-1)[by_sum]) >= 0)

@@ -20,6 +20,10 @@ from sparseloom.zoo.options import ZooOptions
 from tests.profile.loaded_wrapper import WrappedLoaded
 from tests.profile.small_zoo import VARIANTS
 
+#: Each test times real models against a drift threshold; a test on another worker beside them
+#: is load they would read as drift (a re-timed 2× cell read 2.33× on two workers).
+pytestmark = pytest.mark.serial
+
 OPTIONS = ProfileOptions(config=ProfilerConfig(warmup=1, repeats=5), samples=8, seed=5)
 #: Every model call takes this much longer (wall clock): far above the tiny subgraphs' own
 #: ~0.05 ms, so the latencies are steady even on a busy machine.

@@ -98,7 +98,7 @@ class FittedAdditiveLatencyEstimator(AdditiveLatencyEstimator):
         additive = super().predict_many(task, choices, orders, profile)
         if task not in self.coefficients:
             return profile.task(task).apply_chain_fit(additive)
-        from sparseloom.profile.table import chain_latency
+        from sparseloom.profile.chain_floor import chain_latency
 
         return chain_latency(additive, *self.coefficients[task])
 
