@@ -63,7 +63,10 @@ SCENARIO_CHOICES = ("closed", "steady", "capacity", "grid")
                                  "asking [default 10; --quick 1].")
 @click.option("--tuning-queries", "tuning_queries", type=click.IntRange(min=1), default=None,
               help="Requests of each run that measures one configuration of one task for "
-                   "stock-tuned and picks-tuned [default 300; --quick 100].")
+                   "stock-tuned and picks-tuned [default 100; --quick 100].")
+@click.option("--tuning-rounds", "tuning_rounds", type=click.IntRange(min=1), default=None,
+              help="Interleaved rounds of those runs; a configuration's latency is the median "
+                   "of its rounds [default 3; --quick 1].")
 @click.option("--choose-above", "choose_above", type=click.FloatRange(min=0), default=None,
               metavar="POINTS", help="Policies choose their variants as if every accuracy SLO "
                                      "were POINTS higher, at most the dense model's accuracy; "
@@ -81,9 +84,9 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
                   ks: tuple[float, ...], processors: tuple[str, ...], quick: bool,
                   out: Path | None, as_json: bool, keep_loaded: str | None = None,
                   memory_budget: str = "1.0", tuning_queries: int | None = None,
-                  closed_queries: int | None = None, closed_min_s: float | None = None,
-                  steady_s: float | None = None, choose_above: float | None = None,
-                  paired_gate: bool | None = None) -> None:
+                  tuning_rounds: int | None = None, closed_queries: int | None = None,
+                  closed_min_s: float | None = None, steady_s: float | None = None,
+                  choose_above: float | None = None, paired_gate: bool | None = None) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
     Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
@@ -111,7 +114,8 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     options = QUICK if quick else BenchOptions()
     changes: dict[str, Any] = {"scenarios": scenarios} if scenarios else {}
     given = {"rounds": rounds, "capacity_rounds": capacity_rounds, "grid_rounds": grid_rounds,
-             "tuning_queries": tuning_queries, "closed_queries": closed_queries,
+             "tuning_queries": tuning_queries, "tuning_rounds": tuning_rounds,
+             "closed_queries": closed_queries,
              "closed_min_s": closed_min_s, "steady_s": steady_s, "choose_above": choose_above,
              "paired_gate": paired_gate}
     changes |= {name: value for name, value in given.items() if value is not None}

@@ -64,6 +64,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     chosen = select_contenders(contenders)
     context = profile_context(workload, profile, zoos, memory_budget=options.memory_budget,
                               tuning_queries=options.tuning_queries,
+                              tuning_rounds=options.tuning_rounds,
                               choose_above=options.choose_above / 100,
                               paired_gate=options.paired_gate, progress=progress)
     processors = profile_processors(profile)

@@ -107,6 +107,8 @@ class ServeContext:
     memory_budget: float | int = 1.0
     #: Requests per task of each closed run that measures a tuned runtime's candidate.
     tuning_queries: int = 300
+    #: Interleaved rounds of those runs; a candidate's latency is the median of its rounds.
+    tuning_rounds: int = 1
     #: Whether OpenVINO computes bf16 on this CPU (tuned runtimes then try it).
     bf16: bool = False
     #: Called with one line per measured candidate.
@@ -233,7 +235,8 @@ class ServeContext:
 
             with not_kept():  # each configuration is loaded once: never into the pool
                 self._measured[task, models[task]] = stock_tuned.measure_candidates(
-                    serve_alone, task, configs, self.cores, self.progress)
+                    serve_alone, task, configs, self.cores, self.progress,
+                    rounds=self.tuning_rounds)
         measured = [m for t in tasks for m in self._measured[t, models[t]]]
         whole = {t: self.selection_accuracy(t, models[t]) for t in tasks}
         tuned = stock_tuned.tune(name, measured, self.cores, stock.picks, slos, whole)
@@ -308,7 +311,7 @@ def profile_context(workload: Any, profile: Any, zoos: Mapping[str, Any], **sett
     (``bench serve``, the demo) judges a pick in the precision it is served in.
 
     :param settings: the other fields of :class:`ServeContext` (``memory_budget``,
-        ``tuning_queries``, ``choose_above``, ``progress``).
+        ``tuning_queries``, ``tuning_rounds``, ``choose_above``, ``progress``).
     """
     from sparseloom.core.processors import openvino_cpu_precision, openvino_precision
     from sparseloom.runtime.models import profile_processors

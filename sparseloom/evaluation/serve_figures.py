@@ -78,6 +78,8 @@ class BenchOptions:
         tuning_queries: requests of each closed run that measures one configuration of one
             task for ``stock-tuned`` and ``picks-tuned``
             (:mod:`~sparseloom.evaluation.stock_tuned`).
+        tuning_rounds: interleaved rounds of those runs; a configuration's latency is the
+            median of its rounds.
         choose_above: points every accuracy SLO is raised by, at most to the dense model's
             selection accuracy, when a policy chooses its variants (its runs, and the picks
             ``picks-*`` serve); accuracy is still judged at the SLO itself, on the held-out
@@ -106,7 +108,8 @@ class BenchOptions:
     seed: int = 0
     memory_budget: float | int = attrs.field(default=1.0, validator=attrs.validators.gt(0))
     steady_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
-    tuning_queries: int = attrs.field(default=300, validator=attrs.validators.ge(1))
+    tuning_queries: int = attrs.field(default=100, validator=attrs.validators.ge(1))
+    tuning_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     choose_above: float = attrs.field(default=0.0, validator=number_field(low=0))
     paired_gate: bool = True
     keep_bytes: int | None = attrs.field(
@@ -127,7 +130,7 @@ HEADLINE_CLOSED = (2000, 2.0)
 
 QUICK = BenchOptions(rounds=2, capacity_rounds=1, grid_rounds=1, queries=100,
                      closed_queries=100, closed_min_s=None, steady_s=1.0,
-                     capacity_requests=100, tuning_queries=100,
+                     capacity_requests=100, tuning_queries=100, tuning_rounds=1,
                      capacity_steps=3, ks=(5.0,))
 
 

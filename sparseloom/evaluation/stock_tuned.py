@@ -9,8 +9,9 @@ of a benchmark, on the machine it runs on:
 1. **Measure** (:func:`measure_candidates`): every task alone, in every candidate
    configuration (:func:`candidates`: ONNX Runtime f32; OpenVINO f32, and bf16 where this
    CPU computes it; 1 to n threads on the first n cores), a closed run of ``queries``
-   requests through the same runtime the contest uses; its median latency is the
-   configuration's hot latency. A bf16 configuration counts only if the accuracy it served
+   requests through the same runtime the contest uses, in interleaved rounds (3 in ``bench
+   serve``, 1 with ``--quick``); the median of its rounds' medians is the configuration's hot
+   latency. A bf16 configuration counts only if the accuracy it served
    meets the task's accuracy SLO; one that fails to load or run is reported, never used.
 2. **Partition** (:func:`best_partition`): per task a contiguous set of the cores, serving it
    on its fastest configuration with that many threads, minimising the closed makespan's
@@ -34,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
 from sparseloom.core.errors import EvaluationError
 from sparseloom.core.types import SLO, Processor
@@ -54,6 +56,10 @@ class Config:
         return f"{runtime} {self.precision}, {self.threads} thread{'s' * (self.threads > 1)}"
 
 
+def _floats(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
 @attrs.frozen
 class Measured:
     """A configuration's figures for one task, served alone.
@@ -64,6 +70,7 @@ class Measured:
         latency_ms: median latency of the closed run (``nan`` when it failed).
         accuracy: the accuracy it served over the run's rows (``nan`` when it failed).
         failure: why it did not run ("" when it did).
+        rounds_ms: each round's median latency, in the order the rounds ran.
     """
 
     task: str
@@ -71,6 +78,7 @@ class Measured:
     latency_ms: float
     accuracy: float
     failure: str = ""
+    rounds_ms: tuple[float, ...] = attrs.field(default=(), converter=_floats)
 
     def refusal(self, slo: SLO, f32_accuracy: float, whole_accuracy: float) -> str:
         """Why this configuration may not serve its task under ``slo`` ("" when it may).
@@ -236,36 +244,64 @@ def best_partition(latency: Mapping[str, Mapping[int, float]], cores: Sequence[i
 
 def measure_candidates(serve_alone: Callable[[str, Choice], Any], task: str,
                        configs: Sequence[Config], cores: Sequence[int],
-                       progress: Callable[[str], None] | None = None) -> list[Measured]:
-    """Serve ``task`` alone in every configuration (its threads on the first cores).
+                       progress: Callable[[str], None] | None = None, *,
+                       rounds: int = 1) -> list[Measured]:
+    """Serve ``task`` alone in every configuration (its threads on the first cores), in
+    ``rounds`` interleaved rounds (round r starts with the r-th configuration); a
+    configuration's latency is the median of its rounds' medians, so one run slowed by the
+    machine does not decide the choice (one such run put a 0.20 ms ONNX Runtime figure
+    against its usual 0.13 ms and handed `activity` to OpenVINO; AMD EPYC, 2026-12-06).
 
     :param serve_alone: ``serve_alone(task, choice)`` serves ``task`` alone and returns the
-        run's summary; an exception marks the configuration failed (named in the result).
+        run's summary; an exception marks the configuration failed (named in the result), as
+        does an invalid run in any round.
     """
+    if rounds < 1:
+        raise EvaluationError(f"tuning needs at least 1 round, got {rounds}")
     ordered = sorted(cores)
+    runs: dict[Config, list[tuple[float, float, str]]] = {c: [] for c in configs}
+    for index in range(rounds):
+        shift = index % len(configs) if configs else 0
+        for config in [*configs[shift:], *configs[:shift]]:
+            if runs[config] and runs[config][-1][2]:
+                continue  # failed in an earlier round: not run again
+            runs[config].append(_serve_once(serve_alone, task, config, ordered))
     measured = []
     for config in configs:
-        choice = Choice(config, tuple(ordered[:config.threads]), math.nan)
-        try:
-            summary = serve_alone(task, choice)
-            result = next(r for r in summary.tasks if r.task == task)
-            latency, accuracy = float(result.latency.p50_ms), float(result.accuracy_measured)
-            # A median needs no p99: a short run is fine; lost or failed requests are not.
-            broken = [r for r in summary.reasons if not r.startswith("too few requests")]
-            if result.failed or not result.completed:
-                broken.insert(0, f"{result.failed} of {result.submitted} request(s) failed")
-            failure = "invalid run: " + "; ".join(broken) if broken else ""
-        except KeyboardInterrupt:
-            raise
-        except Exception as error:  # reported with the configuration, never used
-            latency = accuracy = math.nan
-            failure = f"failed: {type(error).__name__}: {error}"
-        measured.append(Measured(task, config, latency, accuracy, failure))
+        failures = [failure for _, _, failure in runs[config] if failure]
+        latencies = tuple(latency for latency, _, _ in runs[config])
+        if failures:
+            item = Measured(task, config, math.nan, math.nan, failures[0], latencies)
+        else:
+            item = Measured(task, config, float(np.median(latencies)), runs[config][0][1],
+                            "", latencies)
+        measured.append(item)
         if progress:
-            figure = f"{latency:.3f} ms" if math.isfinite(latency) else "—"
+            figure = f"{item.latency_ms:.3f} ms" if math.isfinite(item.latency_ms) else "—"
+            if len(latencies) > 1 and not failures:
+                figure += " (median of " + ", ".join(f"{x:.3f}" for x in latencies) + ")"
             progress(f"tuning {task}: {config.describe()}: {figure}"
-                     + (f" (not used: {failure})" if failure else ""))
+                     + (f" (not used: {item.failure})" if item.failure else ""))
     return measured
+
+
+def _serve_once(serve_alone: Callable[[str, Choice], Any], task: str, config: Config,
+                cores: Sequence[int]) -> tuple[float, float, str]:
+    """One run of ``task`` alone in ``config``: its median latency, accuracy and failure."""
+    choice = Choice(config, tuple(cores[:config.threads]), math.nan)
+    try:
+        summary = serve_alone(task, choice)
+        result = next(r for r in summary.tasks if r.task == task)
+        latency, accuracy = float(result.latency.p50_ms), float(result.accuracy_measured)
+        # A median needs no p99: a short run is fine; lost or failed requests are not.
+        broken = [r for r in summary.reasons if not r.startswith("too few requests")]
+        if result.failed or not result.completed:
+            broken.insert(0, f"{result.failed} of {result.submitted} request(s) failed")
+        return latency, accuracy, "invalid run: " + "; ".join(broken) if broken else ""
+    except KeyboardInterrupt:
+        raise
+    except Exception as error:  # reported with the configuration, never used
+        return math.nan, math.nan, f"failed: {type(error).__name__}: {error}"
 
 
 def refusals(measured: Sequence[Measured], slos: Mapping[str, SLO],
@@ -324,6 +360,7 @@ def tuning_table(measured: Sequence[Measured], slos: Mapping[str, SLO],
                  whole: Mapping[str, float]) -> list[dict[str, Any]]:
     """The measurements as report rows, each with whether it may serve under ``slos``."""
     return [{"task": m.task, "backend": m.config.backend, "precision": m.config.precision,
-             "threads": m.config.threads, "latency_ms": m.latency_ms, "accuracy": m.accuracy,
+             "threads": m.config.threads, "latency_ms": m.latency_ms,
+             "rounds_ms": list(m.rounds_ms), "accuracy": m.accuracy,
              "usable": not refusal, "reason": refusal}
             for m, refusal in zip(measured, refusals(measured, slos, whole), strict=True)]

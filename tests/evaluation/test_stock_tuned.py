@@ -121,6 +121,23 @@ def test_a_configuration_that_fails_is_reported_and_never_used() -> None:
     assert "not used" in lines[0]
 
 
+def test_a_configuration_that_failed_is_not_run_again_in_later_rounds() -> None:
+    calls: list[str] = []
+
+    def lost_device(task: str, choice: Choice) -> Any:  # fault injection
+        calls.append(choice.config.backend)
+        raise RuntimeError(f"{choice.config.backend} lost its device")
+
+    measured = measure_candidates(lost_device, "a", [Config("ov", "f32", 1)],
+                                  (0,), rounds=3)
+    assert calls == ["ov"]  # a failed configuration is not run again
+    assert measured[0].failure.startswith("failed: RuntimeError")
+    assert math.isnan(measured[0].latency_ms)
+    with pytest.raises(EvaluationError, match="at least 1 round"):
+        measure_candidates(lost_device, "a", [Config("ov", "f32", 1)], (0,),
+                           rounds=0)
+
+
 @pytest.fixture(scope="module")
 def tiny_context() -> Any:
     import sparseloom
@@ -136,7 +153,7 @@ def tiny_context() -> Any:
     zoos = {name: load_zoo(zoo_directory(profile.meta["zoo_hashes"][name]), verify=False)
             for name in profile.tasks}
     cores = tuple(sorted({c for p in profile_processors(profile) for c in p.cores}))
-    return ServeContext(workload, profile, zoos, cores, tuning_queries=20)
+    return ServeContext(workload, profile, zoos, cores, tuning_queries=20, tuning_rounds=3)
 
 
 def test_stock_tuned_is_measured_on_the_machine_and_serves_its_choice(tiny_context: Any
@@ -156,6 +173,11 @@ def test_stock_tuned_is_measured_on_the_machine_and_serves_its_choice(tiny_conte
     assert set(tuned.choices) == tasks
     assert {(r["task"], r["backend"], r["threads"]) for r in measured} == {
         (t, b, n) for t in tasks for b in ("ort", "ov") for n in range(1, len(context.cores) + 1)}
+    # Each configuration ran in three interleaved rounds; its latency is their median.
+    for row in measured:
+        if row["usable"]:
+            assert len(row["rounds_ms"]) == 3 and all(x > 0 for x in row["rounds_ms"])
+            assert row["latency_ms"] == sorted(row["rounds_ms"])[1]
     # The choice is the optimum of what was measured.
     fastest: dict[str, dict[int, float]] = {}
     for row in measured:
