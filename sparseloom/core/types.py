@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -62,6 +62,15 @@ def repeated(items: Iterable[_Named]) -> list[_Named]:
     """The items ``items`` holds more than once, each once, sorted (empty: none repeats): the
     check every list of names a user gives shares."""
     return sorted(item for item, count in Counter(items).items() if count > 1)
+
+
+def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
+    """``items`` rotated left by ``round_index`` (round r of interleaved rounds starts
+    with the r-th)."""
+    if not items:
+        return []
+    shift = round_index % len(items)
+    return list(items[shift:]) + list(items[:shift])
 
 
 def _finite_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:

@@ -134,14 +134,6 @@ QUICK = BenchOptions(rounds=2, capacity_rounds=1, grid_rounds=1, queries=100,
                      capacity_steps=3, ks=(5.0,))
 
 
-def rotated(items: Sequence[Any], round_index: int) -> list[Any]:
-    """``items`` rotated left by ``round_index`` (round r starts with the r-th)."""
-    if not items:
-        return []
-    shift = round_index % len(items)
-    return list(items[shift:]) + list(items[:shift])
-
-
 def summary_figures(summary: Any) -> dict[str, float]:
     """The figures of one run summary that the benchmark reports.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, rotated
 from sparseloom.evaluation.contenders import Contender, ServeContext, serve_contender
 from sparseloom.evaluation.serve_figures import (
     BenchOptions,
@@ -20,7 +20,6 @@ from sparseloom.evaluation.serve_figures import (
     family_ratios,
     isolated_dense_ms,
     ratios_per_round,
-    rotated,
     spread,
 )
 from sparseloom.evaluation.serve_scenarios import ACCURACY_TOLERANCE, judge_run, table

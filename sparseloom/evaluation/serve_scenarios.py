@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sparseloom.core.types import SLO
+from sparseloom.core.types import SLO, rotated
 from sparseloom.evaluation.contenders import Contender, ServeContext, serve_contender
 from sparseloom.evaluation.serve_figures import (
     HEADLINE_CLOSED,
@@ -29,7 +29,6 @@ from sparseloom.evaluation.serve_figures import (
     isolated_dense_ms,
     judged_accuracy,
     ratios_per_round,
-    rotated,
     spread,
 )
 from sparseloom.runtime.load import LoadSpec

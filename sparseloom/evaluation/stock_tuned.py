@@ -38,7 +38,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.errors import EvaluationError
-from sparseloom.core.types import SLO, Processor
+from sparseloom.core.types import SLO, Processor, as_tuple, rotated
 from sparseloom.runtime.load import LoadSpec
 
 
@@ -54,10 +54,6 @@ class Config:
         """``OpenVINO bf16, 2 threads``."""
         runtime = "ONNX Runtime" if self.backend == "ort" else "OpenVINO"
         return f"{runtime} {self.precision}, {self.threads} thread{'s' * (self.threads > 1)}"
-
-
-def _floats(values: Sequence[float]) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
 
 
 @attrs.frozen
@@ -78,7 +74,7 @@ class Measured:
     latency_ms: float
     accuracy: float
     failure: str = ""
-    rounds_ms: tuple[float, ...] = attrs.field(default=(), converter=_floats)
+    rounds_ms: tuple[float, ...] = attrs.field(default=(), converter=as_tuple)
 
     def refusal(self, slo: SLO, f32_accuracy: float, whole_accuracy: float) -> str:
         """Why this configuration may not serve its task under ``slo`` ("" when it may).
@@ -261,8 +257,7 @@ def measure_candidates(serve_alone: Callable[[str, Choice], Any], task: str,
     ordered = sorted(cores)
     runs: dict[Config, list[tuple[float, float, str]]] = {c: [] for c in configs}
     for index in range(rounds):
-        shift = index % len(configs) if configs else 0
-        for config in [*configs[shift:], *configs[:shift]]:
+        for config in rotated(configs, index):
             if runs[config] and runs[config][-1][2]:
                 continue  # failed in an earlier round: not run again
             runs[config].append(_serve_once(serve_alone, task, config, ordered))

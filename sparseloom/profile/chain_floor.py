@@ -23,5 +23,5 @@ def chain_latency(additive_ms: np.ndarray, scale: float, offset: float) -> np.nd
     sum and at :data:`CHAIN_FLOOR_MS`. The floor is a maximum of non-decreasing functions of
     the sum (the scale is positive), so a faster additive sum is never estimated slower."""
     additive = np.asarray(additive_ms, dtype=np.float64)
-    fitted = additive if (scale, offset) == (1.0, 0.0) else scale * additive + offset
-    return np.maximum(np.maximum(fitted, CHAIN_FLOOR_RATIO * additive), CHAIN_FLOOR_MS)
+    return np.maximum(np.maximum(scale * additive + offset, CHAIN_FLOOR_RATIO * additive),
+                      CHAIN_FLOOR_MS)
