@@ -10,7 +10,8 @@ the plan serves it on), and the pick is kept only where the low end of the 95% p
 bootstrap interval of its metric minus dense's is at least −margin (dense's selection
 accuracy − the task's accuracy SLO). A pick that fails is taken out of the table the policy
 plans from (:func:`excluded_profile`) and the policy plans again; a task refused
-:data:`GATE_ATTEMPTS` times serves its dense variants.
+:data:`GATE_ATTEMPTS` times serves its dense variants (:data:`GATE_ATTEMPTS_ABOVE_DENSE`
+times when its SLO lies above dense's selection accuracy, where a pick must beat dense).
 The judging rows stay unread until ``bench serve`` judges what was served
 (:mod:`sparseloom.evaluation.judging`).
 """
@@ -27,13 +28,15 @@ from sparseloom.core.types import SLO
 from sparseloom.plan.gating import (
     EXCLUDED,
     GATE_ATTEMPTS,
+    GATE_ATTEMPTS_ABOVE_DENSE,
     PickGate,
     excluded_profile,
     gated_profile,
 )
 
-__all__ = ["EXCLUDED", "GATE_ATTEMPTS", "GateVerdict", "SelectionGate", "excluded_profile",
-           "gate_pick", "gated_profile", "serving_gate", "workload_gate"]
+__all__ = ["EXCLUDED", "GATE_ATTEMPTS", "GATE_ATTEMPTS_ABOVE_DENSE", "GateVerdict",
+           "SelectionGate", "excluded_profile", "gate_pick", "gated_profile", "serving_gate",
+           "workload_gate"]
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ from sparseloom.evaluation.judging import judging_report, render_judging
 from sparseloom.plan.paired_gate import (
     EXCLUDED,
     GATE_ATTEMPTS,
+    GATE_ATTEMPTS_ABOVE_DENSE,
     GateVerdict,
     excluded_profile,
     gate_pick,
@@ -49,6 +50,19 @@ def _plan_by_accuracy(table: Any) -> dict[str, tuple[int, ...]]:
 
 def _dense(task: Any, pick: tuple[int, ...]) -> bool:
     return all(task.variant_kinds[c] == "dense" for c in pick)
+
+
+def _plan_stitched_first(table: Any) -> dict[str, tuple[int, ...]]:
+    """A policy that serves each task's most accurate stitched variant the table still
+    admits, dense only when none is left."""
+    picks = {}
+    for name, task in table.tasks.items():
+        choices = task.choices(np.arange(task.accuracy().shape[0]))
+        admitted = [(float(a), r) for r, a in enumerate(task.accuracy())
+                    if a > EXCLUDED and not _dense(task, tuple(choices[r]))]
+        row = max(admitted)[1] if admitted else int(np.argmax(task.accuracy()))
+        picks[name] = tuple(int(c) for c in choices[row])
+    return picks
 
 
 def test_an_excluded_variant_reads_below_every_metric_and_nothing_else_moves(
@@ -100,6 +114,25 @@ def test_a_task_refused_every_time_serves_its_dense_variants(
         assert _dense(table.task(task), pick)
     # each task is refused at most GATE_ATTEMPTS times before it keeps dense only
     assert all(calls.count(t) <= GATE_ATTEMPTS for t in profile.tasks)
+
+
+@pytest.mark.parametrize(("margin", "tries"), [(0.01, GATE_ATTEMPTS),
+                                               (-0.01, GATE_ATTEMPTS_ABOVE_DENSE)])
+def test_an_slo_above_dense_gets_fewer_refused_picks_before_dense(
+        tiny: tuple[Any, Any, Any], margin: float, tries: int) -> None:
+    _, profile, _ = tiny
+    calls: list[str] = []
+
+    def refuse_all(task: str, pick: tuple[int, ...]) -> GateVerdict:
+        calls.append(task)
+        return GateVerdict(task, "_".join(map(str, pick)), "f32", 100, -0.05, margin)
+
+    table = gated_profile(profile, _plan_stitched_first, refuse_all)
+    # The policy picks a stitched variant while the table admits one: each task is refused
+    # exactly its budget, then keeps only dense.
+    assert sorted(calls) == sorted(list(profile.tasks) * tries)
+    for task, pick in _plan_stitched_first(table).items():
+        assert _dense(table.task(task), pick)
 
 
 def test_a_policy_that_keeps_serving_a_refused_pick_is_an_error_not_a_loop(
@@ -314,6 +347,6 @@ def test_a_run_names_each_pick_the_paired_gate_refused_and_serves_none_of_them(
     notes = [n for n in result.summary.notes if n.startswith("the paired gate refused tiny's")]
     assert len(notes) == 1, result.summary.notes
     refused = notes[0].split("tiny's ", 1)[1].split(":", 1)[0].split(", ")
-    assert len(refused) == GATE_ATTEMPTS
+    assert len(refused) == GATE_ATTEMPTS_ABOVE_DENSE  # its SLO asks for more than dense
     served = {r.variant.replace(",", "_") for r in result.records}
     assert served and not served & set(refused)
