@@ -4,8 +4,9 @@ Figures behind docs/runtime.md and docs/plan.md. Per round it prints each policy
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
 (``lend_idle``: idle lending; ``merge_chains``: merged chains; ``overflow``: overflow threads;
 ``lend_when_quiet``: lending at tight SLOs; ``lanes``: a thread per task over every core at
-tight SLOs), on the closed scenario or the grid, on the default processors or those given
-with ``-p``:
+tight SLOs; ``time_share``: the tasks sharing a processor on lanes pinned to it), on the closed
+scenario, the steady state (STP and ANTT), the grid or the capacity search, on the default
+processors or those given with ``-p``:
 
     .venv/bin/python benchmarks/loaded_ab.py --off lend_idle --rounds 8
     .venv/bin/python benchmarks/loaded_ab.py --off merge_chains --rounds 5 \
@@ -14,6 +15,7 @@ with ``-p``:
         -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
     .venv/bin/python benchmarks/loaded_ab.py --option overflow --scenario capacity --k 10 \
         --rounds 2 -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU
+    .venv/bin/python benchmarks/loaded_ab.py --option time_share --scenario steady --rounds 5
 
 Run it on a quiet machine (1-minute load <= 0.5). The other policy is ``sparseloom-loaded`` with
 that option flipped from its default, registered here as ``sparseloom-loaded-no-<option>`` (an
@@ -31,7 +33,7 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lanes", "lend_idle", "lend_when_quiet", "merge_chains", "overflow")
+OPTIONS = ("lanes", "lend_idle", "lend_when_quiet", "merge_chains", "overflow", "time_share")
 
 
 class _Flipped:
@@ -66,7 +68,8 @@ def main() -> None:
     parser.add_argument("--workload", default="default")
     parser.add_argument("--option", "--off", dest="option", choices=OPTIONS, default="lend_idle",
                         help="the option of sparseloom-loaded to flip from its default")
-    parser.add_argument("--scenario", choices=("closed", "grid", "capacity"), default="closed")
+    parser.add_argument("--scenario", choices=("closed", "steady", "grid", "capacity"),
+                        default="closed")
     parser.add_argument("--k", type=float, action="append", default=[],
                         help="latency SLO multiplier of the capacity search (repeat; default 5)")
     parser.add_argument("--rounds", type=int, default=8)
@@ -95,9 +98,9 @@ def main() -> None:
     contenders = select_contenders(["sparseloom-loaded", without.name])
     print(f"1-minute load before: {os.getloadavg()[0]:.2f}")
     with keep_loaded():
-        if args.scenario == "closed":
-            serve_scenarios.closed(context, contenders, BenchOptions(rounds=args.rounds),
-                                   recorder)
+        if args.scenario in ("closed", "steady"):
+            run = getattr(serve_scenarios, args.scenario)
+            run(context, contenders, BenchOptions(rounds=args.rounds), recorder)
         elif args.scenario == "grid":
             serve_grid.grid(context, contenders, BenchOptions(grid_rounds=args.rounds),
                                  recorder)
@@ -112,22 +115,30 @@ def main() -> None:
                           f"median {row['median']:.1f} req/s per task")
                 print(f"k={k} ratios per round: {part['ratios']}")
             return
-    figure = "throughput_rps" if args.scenario == "closed" else "violation_rate"
+    figure = {"closed": "throughput_rps", "steady": "stp"}.get(args.scenario, "violation_rate")
     values: dict[tuple[str, float], list[float]] = {}
     for run in recorder.runs_of(args.scenario):
         summary = run["summary"]
-        value = run["figures"][figure]
+        value = run["figures"].get(figure, float("nan"))  # steady: nan unless equal accuracy
         values.setdefault((run["contender"], run.get("k", 0.0)), []).append(value)
         p90 = {t.task: round(t.latency.p90_ms, 2) for t in summary.tasks}
+        rates = {t.task: round(t.own_throughput_rps) for t in summary.tasks}
         where = f" k={run['k']:g} level={run['level']}" if args.scenario == "grid" else ""
-        print(f"round {run['round']}{where} {run['contender']:32s} {figure} {value:8.2f}  "
-              f"wide stages {sum(summary.wide_stages.values()):4d}  overflow stages "
+        antt = f" antt {run['figures']['antt']:.2f}" if "antt" in run["figures"] else ""
+        print(f"round {run['round']}{where} {run['contender']:32s} {figure} {value:8.2f}{antt}"
+              f"  wide stages {sum(summary.wide_stages.values()):4d}  overflow stages "
               f"{sum(summary.overflow_stages.values()):4d}  switches "
-              f"{summary.switches}  p90 ms {p90}")
+              f"{summary.switches}  p90 ms {p90}  req/s {rates}")
     for (name, k), got in values.items():
         label = f"{name} k={k:g}" if args.scenario == "grid" else name
         print(f"{label}: median {np.median(got):.2f} [{min(got):.2f}-{max(got):.2f}] {figure} "
               f"over {len(got)} runs")
+    if args.scenario in ("closed", "steady"):
+        on, off = (values[(c.name, 0.0)] for c in contenders)
+        ratios = [a / b for a, b in zip(on, off, strict=True)]
+        print(f"{contenders[0].name} ÷ {contenders[1].name} per round "
+              f"{[round(r, 3) for r in ratios]}: median {np.median(ratios):.2f} "
+              f"[{min(ratios):.2f}-{max(ratios):.2f}]")
 
 
 if __name__ == "__main__":

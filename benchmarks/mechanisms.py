@@ -9,7 +9,7 @@ where the mechanism acts, through ``bench serve``'s own scenarios
 record):
 
 * closed loop, ``--queries`` per task, no latency SLO (the paper's makespan; throughput):
-  merged chains, batch-1 models, idle lending;
+  merged chains, batch-1 models, idle lending, time-sliced lanes;
 * the grid's row at k = 2 (every accuracy level; lanes) or k = 5 (overflow threads,
   earliest-deadline-first queues): the worst task's p90 over its latency SLO, the geometric
   mean over the row's runs, and the grid's violation rate beside it;
@@ -94,6 +94,8 @@ MECHANISMS = {m.name: m for m in (
               "RuntimeOptions(batch_one=False)", runtime_option="batch_one"),
     Mechanism("lending", "idle lending (wide twins)", "closed",
               "LoadedPolicy(lend_idle=False)", policy_option="lend_idle"),
+    Mechanism("time_share", "time-sliced lanes on a shared processor", "closed",
+              "LoadedPolicy(time_share=False)", policy_option="time_share"),
     # Feedback off on both sides: its re-plans (some runs switch plans, some do not) would
     # decide the tail, not the collector.
     Mechanism("heap_freeze", "heap frozen while serving", "poisson",

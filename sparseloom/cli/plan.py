@@ -48,6 +48,7 @@ def plan_report(result: Any, table: Any) -> dict[str, Any]:
             "reason": plan.infeasible_reason.get(name, ""),
             "merged": name in plan.merged, "wide": name in plan.wide,
             "wide_when_quiet": name in plan.wide_when_quiet, "lane": name in plan.lanes,
+            "pinned_lane": name in plan.lanes and plan.lanes_pinned,
         }
     return {
         "workload": table.workload, "policy": plan.policy, "processors": list(table.processors),
@@ -77,8 +78,9 @@ def _echo(report: dict[str, Any]) -> None:
             "+".join(task["variant_names"]),
             "→".join(task["processors"]) + "".join(
                 f" ({flag.replace('_', ' ')})"
-                for flag in ("merged", "wide", "wide_when_quiet", "lane")
-                if task[flag] and not (flag == "wide" and task["wide_when_quiet"])),
+                for flag in ("merged", "wide", "wide_when_quiet", "lane", "pinned_lane")
+                if task[flag] and not (flag == "wide" and task["wide_when_quiet"])
+                and not (flag == "lane" and task["pinned_lane"])),
             f"{task['accuracy']:.4f}{'' if task['accuracy_measured'] else ' (est.)'} "
             f"≥ {slo['accuracy']:.4f}",
             f"{task['latency_ms']:.3f} ≤ {slo['latency_ms']:.3f}",

@@ -260,6 +260,9 @@ class Plan:
         lanes: tasks served each on a *lane* of the processor of its chain: a serving thread
             of its own, free to run on the cores of every processor, time-sliced with the
             other lanes by the kernel (:mod:`sparseloom.runtime.lanes`).
+        lanes_pinned: the lanes run on the cores of their own processor only, beside its
+            worker, instead of every processor's: the tasks sharing a processor are
+            time-sliced by the kernel there instead of taking turns in its queue.
     """
 
     policy: str
@@ -285,6 +288,7 @@ class Plan:
     merged: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     overflow: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     lanes: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    lanes_pinned: bool = attrs.field(default=False, converter=bool)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         """The processor of each position of ``task``'s chain: its assignment, else the order.

@@ -78,6 +78,31 @@ def lane_choice(options: Sequence[Sequence[Option]], n_processors: int
     return chosen, chain * np.maximum(1.0, sharing / max(n_processors, 1))
 
 
+def pinned_lanes(chosen: Sequence[Option], queued_ms: np.ndarray, n_processors: int
+                 ) -> tuple[list[int], np.ndarray]:
+    """The tasks of ``chosen`` (one option each) to serve on lanes pinned to their own
+    processor's cores (``Plan.lanes_pinned``), and every task's latency estimated then.
+
+    A processor whose every task keeps its whole chain there, two tasks or more, gives each
+    of them a lane on its cores: the kernel time-slices them instead of the processor's queue
+    serving one call after another. Each is estimated as :func:`lane_choice` estimates lanes,
+    on that processor's one core: a chain takes ``max(1, the lanes there whose chains are no
+    longer than its own)`` times as long. Every other task keeps its ``queued_ms``.
+    """
+    estimate = np.array(queued_ms, dtype=np.float64, copy=True)
+    laned: list[int] = []
+    for processor in range(n_processors):
+        users = [t for t, option in enumerate(chosen) if option.uses[processor]]
+        whole = [t for t in users if set(chosen[t].placement) == {processor}]
+        if len(whole) < 2 or len(whole) != len(users):
+            continue
+        chain = np.array([chosen[t].chain_ms for t in whole])
+        sharing = (chain[None, :] <= chain[:, None]).sum(axis=1)
+        estimate[whole] = chain * np.maximum(1.0, sharing)
+        laned += whole
+    return sorted(laned), estimate
+
+
 def installed_backend(processor: str) -> Any:
     """The backend of the processor named ``processor`` (``ort:CPU``), or ``None`` when none is
     installed here under that name (a simulated SoC's processor, a missing plugin)."""

@@ -10,6 +10,12 @@ thread may run on the cores of every processor. The lanes share the cores and th
 time-slices them, pre-empting a long call for a short one that wakes, as it does for the
 threads of a stock runtime with one session per task.
 
+A plan with ``Plan.lanes_pinned`` pins each lane to the cores of its own processor instead: the
+tasks that share a processor then each have a thread there, and the kernel shares the core
+among them by time — a short task's call no longer waits out a longer one's, and the fastest
+task makes the most calls — while the processor's worker still serves its other tasks (and may
+borrow the idle cores for them). Such a lane is named ``P@t`` + :data:`PINNED_MARK`.
+
 A lane of processor ``P`` for task ``t`` is the worker named ``P@t`` (:func:`lane_name`) whose
 ``lane_of`` is ``P``; it is created the first time a plan asks for it
 (:func:`sparseloom.runtime.switching.ensure_lane`) and serves until the runtime stops. The
@@ -25,11 +31,13 @@ from typing import Any
 
 #: Separates a lane's processor from its task in the lane's name (``ort:CPU@vision``).
 LANE_SEPARATOR = "@"
+#: Ends the name of a lane pinned to its own processor's cores (``ort:CPU@vision/pinned``).
+PINNED_MARK = "/pinned"
 
 
-def lane_name(processor: str, task: str) -> str:
-    """The name of ``task``'s lane on ``processor``."""
-    return f"{processor}{LANE_SEPARATOR}{task}"
+def lane_name(processor: str, task: str, pinned: bool = False) -> str:
+    """The name of ``task``'s lane on ``processor`` (``pinned``: on its cores only)."""
+    return f"{processor}{LANE_SEPARATOR}{task}{PINNED_MARK if pinned else ''}"
 
 
 def profiled_as(workers: Mapping[str, Any], name: str) -> str:

@@ -188,7 +188,7 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
 
     Lanes (:mod:`sparseloom.runtime.lanes`) share every processor's cores: their stages,
     timed as on their processors, count together as one load spread over the processors
-    (``lanes (every core)``)."""
+    (``lanes (every core)``); a lane pinned to its own processor's cores counts on it."""
     if runtime.profile is None:
         return math.nan, ""
     processors = list(runtime.profile.processors)
@@ -206,10 +206,11 @@ def _pipeline_bound(runtime: Runtime) -> tuple[float, str]:
             base = profiled_as(runtime.workers, processor)
             if base in processors:
                 ms = float(latency[position, variant, processors.index(base)])
-                if base != processor:
+                if base != processor and runtime.workers[processor].processor.cores != \
+                        runtime.workers[base].processor.cores:
                     laned += ms
                 else:
-                    load[processor] += ms
+                    load[base] += ms
     if laned:
         load[LANES] = laned / max(len(load), 1)
     busiest = max(load, key=load.__getitem__)

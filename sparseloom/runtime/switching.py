@@ -55,7 +55,8 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
                 f"not have (processors: {', '.join(runtime.workers)}); make the plan again "
                 f"for these processors")
         if task in tuple(getattr(plan, "lanes", ())):
-            processors = tuple(ensure_lane(runtime, p, task) for p in processors)
+            pinned = bool(getattr(plan, "lanes_pinned", False))
+            processors = tuple(ensure_lane(runtime, p, task, pinned) for p in processors)
         merged = _merges(runtime, plan, task, processors, version)
         routes[task] = Route(variant, processors, version,
                              wide=task in tuple(getattr(plan, "wide", ())), merged=merged,
@@ -64,18 +65,18 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
     return routes
 
 
-def ensure_lane(runtime: Runtime, processor: str, task: str) -> str:
+def ensure_lane(runtime: Runtime, processor: str, task: str, pinned: bool = False) -> str:
     """The name of ``task``'s lane on ``processor``, made (and started, if the runtime
     serves) the first time: ``processor``'s configuration on one thread and one stream,
-    pinned to the cores of every processor of the run."""
+    pinned to the cores of every processor of the run (``pinned``: to ``processor``'s)."""
     from sparseloom.runtime.worker import ProcessorWorker
 
-    name = lane_name(processor, task)
+    name = lane_name(processor, task, pinned)
     if name in runtime.workers:
         return name
     base = runtime.workers[processor].processor
-    cores = sorted({c for w in runtime.workers.values() if w.lane_of is None
-                    for c in w.processor.cores})
+    cores = sorted(base.cores if pinned else {
+        c for w in runtime.workers.values() if w.lane_of is None for c in w.processor.cores})
     worker = ProcessorWorker(attrs.evolve(base, name=name, cores=tuple(cores), threads=1,
                                           streams=1), runtime, faults=runtime.faults,
                              lane_of=processor)

@@ -28,10 +28,11 @@ def _runtime(two_tasks: tuple[Any, Any]) -> Any:
     return Runtime(tasks, profile_processors(profile), profile=profile)
 
 
-def _plan(lanes: tuple[str, ...]) -> Plan:
+def _plan(lanes: tuple[str, ...], pinned: bool = False) -> Plan:
     return Plan("hand", ("ort:CPU", "ort:CPU"),
                 variants={t: StitchedVariant(t, (0, 0)) for t in PLACED},
-                assignment={t: (p, p) for t, p in PLACED.items()}, lanes=lanes)
+                assignment={t: (p, p) for t, p in PLACED.items()}, lanes=lanes,
+                lanes_pinned=pinned)
 
 
 def test_each_laned_task_runs_on_its_own_worker_over_every_core(
@@ -89,6 +90,40 @@ def test_each_laned_task_runs_on_its_own_worker_over_every_core(
         expected = second.run(None, {i.name: middle[i.name] for i in second.get_inputs()})[0]
         np.testing.assert_allclose(answer[second.get_outputs()[0].name], expected, rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_a_pinned_lane_runs_on_its_own_processor_cores_beside_its_worker(
+        two_tasks: tuple[Any, Any]) -> None:
+    from sparseloom.runtime import switching
+    from sparseloom.runtime.summary import LANES, _pipeline_bound
+
+    runtime = _runtime(two_tasks)
+    base = runtime.workers["ort:CPU"].processor
+    try:
+        switching.start(runtime, _plan(("digits_a",), pinned=True))
+        lane = "ort:CPU@digits_a/pinned"
+        assert runtime.states["digits_a"].route.processors == (lane, lane)
+        assert runtime.states["digits_b"].route.processors == ("ov:CPU", "ov:CPU")
+        answers_in_turn(runtime, "digits_a", range(5))
+        processor = runtime.workers[lane].processor
+        # Its processor's backend, options and cores, one thread; the lane ran both stages.
+        assert (processor.backend, dict(processor.options), processor.cores) == (
+            base.backend, dict(base.options), base.cores)
+        assert processor.threads == 1 and runtime.workers[lane].lane_of == "ort:CPU"
+        assert runtime.workers[lane].stages_run == 10
+        assert runtime.workers["ort:CPU"].stages_run == 0
+        # Its stages load its own processor in the pipeline bound, not "every core".
+        names = list(runtime.profile.processors)
+        work = {p: sum(float(runtime.profile.task(t).latency_ms[j, 0, names.index(p)])
+                       for j in (0, 1)) for t, p in PLACED.items()}
+        bound, busiest = _pipeline_bound(runtime)
+        assert busiest != LANES and busiest == max(work, key=work.__getitem__)
+        assert bound == pytest.approx(2 * 1e3 / max(work.values()))
+        # An every-core lane of the same task is another worker, not this one.
+        switching.apply_plan(runtime, _plan(("digits_a",)), "test")
+        assert runtime.states["digits_a"].route.processors == ("ort:CPU@digits_a",) * 2
+    finally:
+        runtime.stop()
 
 
 def test_a_plan_without_lanes_moves_tasks_back_to_their_processors(

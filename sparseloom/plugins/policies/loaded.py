@@ -69,6 +69,17 @@ estimated by :func:`sparseloom.plan.lanes.lane_choice`, and takes that plan when
 estimated to miss fewer latency SLOs than the queues. A lane plan has no wide stage and no
 overflow thread; its merged chains are merged as usual.
 
+**Time-sliced lanes** (``LoadedPolicy(time_share=False)`` turns them off). A processor's
+queue serves one call after another, so the tasks that share it take turns: with one request
+of each in flight every one runs at the pace of the longest, however short its own call. When
+every processor is a set of CPU cores, the tasks of a processor that serves two or more whole
+chains (and no other task's stage) each get a lane pinned to *its* cores (``Plan.lanes`` with
+``Plan.lanes_pinned``): the kernel time-slices them there, so a short call no longer waits out
+a longer one and the fastest task makes the most calls, as each task's thread of a stock
+runtime does; a task alone on its processor keeps the processor's worker (and borrows the idle
+cores). Estimated as lanes are, on that one core (:func:`sparseloom.plan.lanes.pinned_lanes`),
+and taken unless that misses more latency SLOs than the queue.
+
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
 place, without yielding it; with one request in flight per task, at most that much is queued
@@ -93,7 +104,7 @@ from sparseloom.plan.feasible import (
     choice_accuracy,
     order_text,
 )
-from sparseloom.plan.lanes import Option, installed_backend, lane_choice, laneable
+from sparseloom.plan.lanes import Option, installed_backend, lane_choice, laneable, pinned_lanes
 from sparseloom.plan.orders import handoff_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
@@ -240,6 +251,10 @@ class LoadedPolicy(ProfilePolicy):
     #: Serve every task on a lane of its own (``Plan.lanes``; module doc) when that is
     #: estimated to miss fewer latency SLOs than the processors' shared queues.
     lanes: bool = attrs.field(default=True, kw_only=True)
+    #: Give the tasks that share a processor each a lane pinned to its cores
+    #: (``Plan.lanes_pinned``; module doc) when that is estimated to miss no more latency
+    #: SLOs than its queue.
+    time_share: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -279,6 +294,11 @@ class LoadedPolicy(ProfilePolicy):
             chosen, latency = laned
         else:
             laned = None
+        pinned: list[int] = []
+        if laned is None and self.time_share and laneable(table):
+            sliced, estimate = pinned_lanes(chosen, latency, count)
+            if (estimate > slo_ms).sum() <= (latency > slo_ms).sum():
+                pinned, latency = sliced, estimate
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):
             slo = slos[name]
@@ -289,9 +309,12 @@ class LoadedPolicy(ProfilePolicy):
                 reason = (f"accuracy unreachable: no stitched variant reaches {slo.accuracy:.4f}; "
                           f"serving the most accurate")
             elif loaded > slo.latency_ms:
+                where = order_text(table, option.placement)
                 shared = (f"on a lane, {len(names)} lanes sharing the cores of {count} "
                           f"processor(s)" if laned else
-                          f"with the other tasks sharing {order_text(table, option.placement)}")
+                          f"on a lane time-sliced with the other tasks on {where}"
+                          if names.index(name) in pinned else
+                          f"with the other tasks sharing {where}")
                 reason = (f"latency unreachable under load: {loaded:.3f} ms estimated "
                           f"{shared}, SLO {slo.latency_ms:.3f} ms")
             choices[name] = TaskChoice(name, option.row, option.placement, loaded,
@@ -302,19 +325,22 @@ class LoadedPolicy(ProfilePolicy):
         if laned:  # each task alone on its thread: nothing to borrow, nobody to overflow
             return attrs.evolve(plan, merged=merged, lanes=tuple(names))
         lending = _lending(table) if self.lend_idle and count > 1 else []
+        sliced_names = tuple(names[t] for t in pinned)
         # A wide merged chain borrows the idle cores for its whole chain, one call.
-        wide = [n for n, o in zip(names, chosen, strict=True) if _borrows_when_idle(o, lending)]
+        wide = [n for n, o in zip(names, chosen, strict=True)
+                if n not in sliced_names and _borrows_when_idle(o, lending)]
         quiet = [n for t, (n, o) in enumerate(zip(names, chosen, strict=True))
                  if n in wide and not _lending_is_harmless(
                      t, chosen, latency, slo_ms, o.chain_ms if n in merged else o.longest_stage_ms)]
         if not self.lend_when_quiet:
             wide, quiet = [n for n in wide if n not in quiet], []
         # Only where a request can wait for another task's call: one task alone has none.
-        sharing = collections.Counter(table.processors[p] for option in chosen
-                                      for p in set(option.placement))
+        sharing = collections.Counter(table.processors[p] for n, option in zip(
+            names, chosen, strict=True) if n not in sliced_names for p in set(option.placement))
         overflow = tuple(p for p in table.processors if sharing[p] > 1) if self.overflow else ()
         return attrs.evolve(plan, wide=tuple(wide), wide_when_quiet=tuple(quiet),
-                            merged=merged, overflow=overflow)
+                            merged=merged, overflow=overflow, lanes=sliced_names,
+                            lanes_pinned=bool(sliced_names))
 
 
 def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:

@@ -187,8 +187,8 @@ def test_tight_slos_put_every_task_on_a_lane_of_its_own() -> None:
     # with all three (1.5 × 20 = 30 ms): no miss, so the lanes are taken.
     table = _cpu_table()
     slos = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 0.3), "short2": SLO(0.5, 0.3)}
-    queued = LoadedPolicy(lanes=False).plan(list(table.tasks), table, list(table.processors),
-                                            slos)
+    queued = LoadedPolicy(lanes=False, time_share=False).plan(
+        list(table.tasks), table, list(table.processors), slos)
     assert queued.lanes == () and sum(not f for f in queued.feasible.values()) == 1
     assert sorted(queued.estimated_latency_ms.values()) == pytest.approx([0.2, 20.2, 20.2])
     plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
@@ -203,10 +203,11 @@ def test_tight_slos_put_every_task_on_a_lane_of_its_own() -> None:
 
 def test_lanes_are_not_taken_where_the_queues_meet_every_slo_or_the_processors_are_not_cpus(
         ) -> None:
+    # (Without time-slicing on pinned lanes, which loose SLOs take: the next tests.)
     table = _cpu_table()
     loose = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 5.0), "short2": SLO(0.5, 5.0)}
-    assert LoadedPolicy().plan(list(table.tasks), table, list(table.processors),
-                               loose).lanes == ()
+    assert LoadedPolicy(time_share=False).plan(list(table.tasks), table,
+                                               list(table.processors), loose).lanes == ()
     # Processors that are not CPU core sets (a simulated SoC's): never lanes.
     hand = ProfileTable("hand", ["a", "b"], dict(table.tasks))
     tight = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 0.3), "short2": SLO(0.5, 0.3)}
@@ -215,5 +216,45 @@ def test_lanes_are_not_taken_where_the_queues_meet_every_slo_or_the_processors_a
     # 25 ms, lanes miss it (30 ms) and meet the two short ones; the queues miss one short
     # one. Equal misses: the queues stay.
     equal = dict(tight, long=SLO(0.5, 25.0))
-    assert LoadedPolicy().plan(list(table.tasks), table, list(table.processors),
-                               equal).lanes == ()
+    assert LoadedPolicy(time_share=False).plan(list(table.tasks), table,
+                                               list(table.processors), equal).lanes == ()
+
+
+def test_tasks_sharing_a_processor_are_time_sliced_on_lanes_pinned_to_it() -> None:
+    # The long task alone on one processor keeps its queue (and borrows the idle cores); the
+    # two short ones share the other, each on a lane pinned to its core. By hand: equal
+    # chains of 0.2 ms time-sliced two ways take 0.4 ms each, as queued.
+    table = _cpu_table()
+    slos = {"long": SLO(0.5, 100.0), "short1": SLO(0.5, 5.0), "short2": SLO(0.5, 5.0)}
+    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    assert plan.lanes == ("short1", "short2") and plan.lanes_pinned
+    (shared,) = set(plan.processors_of("short1")) | set(plan.processors_of("short2"))
+    assert set(plan.processors_of("long")) == set(table.processors) - {shared}
+    assert plan.estimated_latency_ms == pytest.approx(
+        {"long": 20.0, "short1": 0.4, "short2": 0.4})
+    assert plan.wide == ("long",) and plan.overflow == ()  # no queue is shared any more
+    queued = LoadedPolicy(time_share=False).plan(list(table.tasks), table,
+                                                 list(table.processors), slos)
+    assert queued.lanes == () and not queued.lanes_pinned and queued.overflow == (shared,)
+    assert queued.variants == plan.variants and queued.assignment == plan.assignment
+
+
+def test_time_slicing_is_not_taken_where_it_misses_an_slo_the_queue_meets() -> None:
+    # A 1 ms chain and a 0.1 ms one share a processor. Queued, each waits for the other's
+    # call: 1.1 ms each. Time-sliced, the short one runs as if alone (0.1 ms) and the long one
+    # shares the core (2 × 1 ms = 2 ms): over its 1.5 ms SLO, which the queue meets.
+    table = ProfileTable("hand", ["ov:CPU", "ort:CPU"], {
+        "long": _one_variant("long", 10.0), "mid": _one_variant("mid", 0.5),
+        "short": _one_variant("short", 0.05)})
+    slos = {"long": SLO(0.5, 100.0), "mid": SLO(0.5, 1.5), "short": SLO(0.5, 5.0)}
+    plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
+    assert plan.lanes == () and not plan.lanes_pinned and all(plan.feasible.values())
+    assert plan.estimated_latency_ms == pytest.approx({"long": 20.0, "mid": 1.1, "short": 1.1})
+    # With the short task's SLO at 0.5 ms instead, the queue misses it and the pinned lanes
+    # do not (lanes over every core would miss the long task's 25 ms: 1.5 × 20 ms).
+    tight = dict(slos, long=SLO(0.5, 25.0), mid=SLO(0.5, 2.5), short=SLO(0.5, 0.5))
+    sliced = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), tight)
+    assert sliced.lanes == ("mid", "short") and sliced.lanes_pinned
+    assert sliced.estimated_latency_ms == pytest.approx({"long": 20.0, "mid": 2.0,
+                                                         "short": 0.1})
+    assert all(sliced.feasible.values())
