@@ -289,7 +289,9 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
         busiest_processor=busiest,
         utilisation={n: w.busy_s / wall_s for n, w in runtime.workers.items()},
         wide_stages={n: w.wide_stages for n, w in runtime.workers.items() if w.wide_stages},
-        lent={n: w.lent_s / wall_s for n, w in runtime.workers.items() if w.lent_s},
+        # A lane's cores are its processor's (or every processor's): its processor reports them.
+        lent={n: w.lent_s / wall_s for n, w in runtime.workers.items()
+              if w.lent_s and w.lane_of is None},
         overflow_stages={n: w.overflow.stages for n, w in runtime.workers.items()
                          if w.overflow is not None and w.overflow.stages},
         switches=sum(runtime.switch_counts.values()), switch_loads=len(switch_events),
