@@ -73,9 +73,15 @@ def lane_choice(options: Sequence[Sequence[Option]], n_processors: int
         if not whole:
             return None
         chosen.append(min(whole, key=lambda o: o.chain_ms))
-    chain = np.array([o.chain_ms for o in chosen])
-    sharing = (chain[None, :] <= chain[:, None]).sum(axis=1)
-    return chosen, chain * np.maximum(1.0, sharing / max(n_processors, 1))
+    return chosen, time_sliced(np.array([o.chain_ms for o in chosen]), n_processors)
+
+
+def time_sliced(chain_ms: np.ndarray, n_cores: int) -> np.ndarray:
+    """Each chain of ``chain_ms`` run on a thread of its own, the threads sharing ``n_cores``
+    cores: it takes ``max(1, k / n_cores)`` times as long, k the chains no longer than its own
+    (a thread waking for a short call runs first; :func:`lane_choice`)."""
+    sharing = (chain_ms[None, :] <= chain_ms[:, None]).sum(axis=1)
+    return chain_ms * np.maximum(1.0, sharing / max(n_cores, 1))
 
 
 def pinned_lanes(chosen: Sequence[Option], queued_ms: np.ndarray, n_processors: int
@@ -96,9 +102,7 @@ def pinned_lanes(chosen: Sequence[Option], queued_ms: np.ndarray, n_processors: 
         whole = [t for t in users if set(chosen[t].placement) == {processor}]
         if len(whole) < 2 or len(whole) != len(users):
             continue
-        chain = np.array([chosen[t].chain_ms for t in whole])
-        sharing = (chain[None, :] <= chain[:, None]).sum(axis=1)
-        estimate[whole] = chain * np.maximum(1.0, sharing)
+        estimate[whole] = time_sliced(np.array([chosen[t].chain_ms for t in whole]), 1)
         laned += whole
     return sorted(laned), estimate
 

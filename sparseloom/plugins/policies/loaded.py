@@ -294,11 +294,11 @@ class LoadedPolicy(ProfilePolicy):
             chosen, latency = laned
         else:
             laned = None
-        pinned: list[int] = []
+        sliced_names: tuple[str, ...] = ()
         if laned is None and self.time_share and laneable(table):
             sliced, estimate = pinned_lanes(chosen, latency, count)
             if (estimate > slo_ms).sum() <= (latency > slo_ms).sum():
-                pinned, latency = sliced, estimate
+                sliced_names, latency = tuple(names[t] for t in sliced), estimate
         choices = {}
         for name, option, loaded in zip(names, chosen, latency, strict=True):
             slo = slos[name]
@@ -313,7 +313,7 @@ class LoadedPolicy(ProfilePolicy):
                 shared = (f"on a lane, {len(names)} lanes sharing the cores of {count} "
                           f"processor(s)" if laned else
                           f"on a lane time-sliced with the other tasks on {where}"
-                          if names.index(name) in pinned else
+                          if name in sliced_names else
                           f"with the other tasks sharing {where}")
                 reason = (f"latency unreachable under load: {loaded:.3f} ms estimated "
                           f"{shared}, SLO {slo.latency_ms:.3f} ms")
@@ -325,7 +325,6 @@ class LoadedPolicy(ProfilePolicy):
         if laned:  # each task alone on its thread: nothing to borrow, nobody to overflow
             return attrs.evolve(plan, merged=merged, lanes=tuple(names))
         lending = _lending(table) if self.lend_idle and count > 1 else []
-        sliced_names = tuple(names[t] for t in pinned)
         # A wide merged chain borrows the idle cores for its whole chain, one call.
         wide = [n for n, o in zip(names, chosen, strict=True)
                 if n not in sliced_names and _borrows_when_idle(o, lending)]
