@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from sparseloom.core.errors import OverBudget
 from sparseloom.core.types import SLO, StitchedVariant
 from sparseloom.runtime import switching
+from sparseloom.runtime.budget import estimate_bytes
 from sparseloom.runtime.executor import Runtime
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.models import RuntimeTask, profile_processors, resident_bytes
@@ -64,16 +65,23 @@ def test_a_switch_beyond_the_budget_unloads_idle_models_first(tiny: tuple[Any, A
                       profile=profile)
     first = Route(StitchedVariant("tiny", (0, 0)), (processor, processor))
     switching.load_pairs(runtime, switching.route_keys(runtime, first), "preload")
-    # Two variants' worth of idle models: what one load measures depends on what the process
-    # loaded before (pages already resident), so one variant's may not free enough for another.
     idle = [(("tiny", j, c), processor) for c in (1, 3) for j in (0, 1)]
     switching.load_pairs(runtime, idle, "preload")
     loaded = resident_bytes(runtime.workers)
-    runtime.loader.memory_budget = loaded  # full: the next model must make room
+    second = Route(StitchedVariant("tiny", (2, 2)), (processor, processor))
+    # The switch asks for the profile's figure of the new route; the idle models free what
+    # their loads measured, which depends on the pages the process had mapped before (a
+    # worker that loaded other models measures less). The budget's headroom is less than the
+    # switch asks for, so it must unload, and enough once every idle model is unloaded, with
+    # slack for a new load that measures more than its profile.
+    want = sum(estimate_bytes(runtime, key, name)
+               for key, name in switching.route_keys(runtime, second))
+    freeable = sum(runtime.workers[processor].models[key].memory_bytes for key, _ in idle)
+    assert want > 0 and freeable > 0
+    runtime.loader.memory_budget = loaded + max(0, want - freeable) + min(want, freeable) // 2
     runtime.start_workers()
     try:
         runtime.set_route("tiny", first, "plan")
-        second = Route(StitchedVariant("tiny", (2, 2)), (processor, processor))
         switching.load_pairs(runtime, switching.route_keys(runtime, second), "switch")
         models = runtime.workers[processor].models
         assert ("tiny", 0, 2) in models and ("tiny", 1, 2) in models
