@@ -4,7 +4,8 @@ Figures behind docs/runtime.md and docs/plan.md. Per round it prints each policy
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
 (``lend_idle``: idle lending; ``merge_chains``: merged chains; ``overflow``: overflow threads;
 ``lend_when_quiet``: lending at tight SLOs; ``lanes``: a thread per task over every core at
-tight SLOs; ``time_share``: the tasks sharing a processor on lanes pinned to it), on the closed
+tight SLOs; ``time_share``: the tasks sharing a processor on lanes pinned to it; ``spare``: a
+second server of a lone long task on the other cores under Poisson arrivals), on the closed
 scenario, the steady state (STP and ANTT), the grid or the capacity search, on the default
 processors or those given with ``-p``:
 
@@ -33,7 +34,8 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lanes", "lend_idle", "lend_when_quiet", "merge_chains", "overflow", "time_share")
+OPTIONS = ("lanes", "lend_idle", "lend_when_quiet", "merge_chains", "overflow", "spare",
+           "time_share")
 
 
 class _Flipped:
@@ -83,7 +85,7 @@ def main() -> None:
     from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
     from sparseloom.profile.builder import build_profile
     from sparseloom.runtime.heap import SURVIVOR_FREEZE
-    from sparseloom.runtime.models import keep_loaded
+    from sparseloom.runtime.kept import keep_loaded
     from sparseloom.workload.load import load_workload
 
     SURVIVOR_FREEZE.install()  # as the console script runs

@@ -300,8 +300,8 @@ def _poisson(bench: Bench, recorder: Any, pair: Sequence[Any], rate: float,
              slos: dict[str, Any], hog: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """One Poisson run of each of ``pair`` per round, in ``bench serve``'s rotated order
     (with a foreign process spinning on each core of ``hog`` during each run)."""
+    from sparseloom.core.types import rotated
     from sparseloom.evaluation.contenders import serve_contender
-    from sparseloom.evaluation.serve_figures import rotated
     from sparseloom.runtime.load import LoadSpec
 
     for index in range(bench.rounds):
@@ -445,7 +445,7 @@ def main() -> None:
 
     from sparseloom.evaluation.bench_serve import machine
     from sparseloom.profile.machine_load import load_average
-    from sparseloom.runtime.models import keep_loaded
+    from sparseloom.runtime.kept import keep_loaded
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

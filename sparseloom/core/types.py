@@ -263,6 +263,11 @@ class Plan:
         lanes_pinned: the lanes run on the cores of their own processor only, beside its
             worker, instead of every processor's: the tasks sharing a processor are
             time-sliced by the kernel there instead of taking turns in its queue.
+        spares: tasks whose merged chain on one processor has a *spare*: a second server of
+            the same model on the other processors' cores, one thread, which takes the task's
+            request only when its processor is busy with another (``Route.replicas``): where
+            requests queue (Poisson arrivals), the task runs on two cores at once; with one
+            request in flight, never (:mod:`sparseloom.runtime.lanes`).
     """
 
     policy: str
@@ -289,6 +294,7 @@ class Plan:
     overflow: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     lanes: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     lanes_pinned: bool = attrs.field(default=False, converter=bool)
+    spares: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def processors_of(self, task: str) -> tuple[str, ...]:
         """The processor of each position of ``task``'s chain: its assignment, else the order.

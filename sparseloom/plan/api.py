@@ -34,8 +34,9 @@ class PlanResult:
         policy: the policy object that made the plan; the runtime keeps it to re-plan
             (``on_feedback``, a task joining, a processor going down).
         slos: the SLO each task was planned against.
-        reshaped: what the memory budget made the plan give up (``no wide twins``, ``no
-            lanes``; :func:`~sparseloom.plan.preload.fit_plan`), empty when it fitted.
+        reshaped: what the memory budget made the plan give up (``no spares``, ``no wide
+            twins``, ``no lanes``; :func:`~sparseloom.plan.preload.fit_plan`), empty when it
+            fitted.
         refused: per task, the picks (choices joined by ``_``) the gate refused before the
             plan's pick passed; empty without a gate or when every first pick passed.
         table: the table the plan was made from — the profile, less the variants the gate
@@ -113,8 +114,9 @@ def make_plan(
     :param processors: processors (records or names) to plan on; default all profiled ones
         (the policy is given them as records, see :func:`profiled_processors`).
     :param memory_budget: a fraction of full preloading in (0, 1], or bytes (an int): it bounds
-        the preloaded subgraphs and the routes' wide twins and lane copies together; a plan
-        whose routes do not fit gives up its twins, then its lanes (``PlanResult.reshaped``).
+        the preloaded subgraphs and the routes' wide twins, lane and spare copies together; a
+        plan whose routes do not fit gives up its spares, then its twins, then its lanes
+        (``PlanResult.reshaped``).
     :param workload_slos: the workload file's ``[task.slo]`` per task.
     :param policy_options: keyword options for the policy's factory.
     :param gate: judges each task's non-dense pick (served along its processors, under its

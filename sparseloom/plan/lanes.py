@@ -10,7 +10,7 @@ plan layer never imports the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -124,3 +124,20 @@ def laneable(table: ProfileTable) -> bool:
     installed here (a lane runs on the cores of all of them)."""
     return all(name.partition(":")[2].upper().startswith("CPU")
                and installed_backend(name) is not None for name in table.processors)
+
+
+def spare_tasks(names: Sequence[str], chosen: Sequence[Option], merged: Sequence[str],
+                sharing: Mapping[str, int], processors: Sequence[str]) -> tuple[str, ...]:
+    """Of ``names`` (one ``chosen`` option each), the tasks that get a spare (``Plan.spares``;
+    :mod:`sparseloom.plugins.policies.loaded`): a merged chain (or one of one position) alone
+    in its processor's queue (``sharing``: the tasks each processor's queue serves), where no
+    other processor's queue serves any task (their cores hold only time-sliced lanes, or
+    nothing)."""
+    spares = []
+    for name, option in zip(names, chosen, strict=True):
+        home = {processors[p] for p in option.placement}
+        one_call = name in merged or len(option.placement) == 1
+        if one_call and len(home) == 1 and all(
+                sharing[p] == (1 if p in home else 0) for p in processors):
+            spares.append(name)
+    return tuple(spares)

@@ -140,11 +140,11 @@ def chain_bytes(profile: ProfileTable, plan: Plan, task: str) -> int:
 def route_extra_bytes(profile: ProfileTable, plan: Plan) -> dict[str, int]:
     """Per task, what its route holds beyond its own subgraphs, estimated from the profile: a
     wide twin (``Plan.wide``) is its chain loaded again, and so is a lane's copy
-    (``Plan.lanes``). A merged model stands in for its chain (the runtime does not load the
-    chain beside it), so it adds nothing here."""
+    (``Plan.lanes``) and a spare's (``Plan.spares``). A merged model stands in for its chain
+    (the runtime does not load the chain beside it), so it adds nothing here."""
     extra: dict[str, int] = {}
     for task in plan.variants:
-        copies = int(task in plan.wide) + int(task in plan.lanes)
+        copies = int(task in plan.wide) + int(task in plan.lanes) + int(task in plan.spares)
         if copies:
             extra[task] = copies * chain_bytes(profile, plan, task)
     return extra
@@ -153,8 +153,9 @@ def route_extra_bytes(profile: ProfileTable, plan: Plan) -> dict[str, int]:
 def fit_plan(profile: ProfileTable, plan: Plan, *, budget: float | int,
              grid: Mapping[str, Sequence[SLO]] | None = None
              ) -> tuple[Plan, Preload, tuple[str, ...]]:
-    """``plan`` and its preload, reshaped until its routes fit ``budget``: first without wide
-    twins (``Plan.wide``), then without lanes; return what was dropped, in words.
+    """``plan`` and its preload, reshaped until its routes fit ``budget``: first without
+    spares (``Plan.spares``), then without wide twins (``Plan.wide``), then without lanes;
+    return what was dropped, in words.
 
     :raises PlanError: the budget is malformed, or below what the plan's own subgraphs need
         even without twins and lanes (the message gives the minimum).
@@ -164,7 +165,8 @@ def fit_plan(profile: ProfileTable, plan: Plan, *, budget: float | int,
     except BudgetError as error:
         refused = error
     dropped: list[str] = []
-    for what, fields in (("wide twins", ("wide", "wide_when_quiet")), ("lanes", ("lanes",))):
+    for what, fields in (("spares", ("spares",)), ("wide twins", ("wide", "wide_when_quiet")),
+                         ("lanes", ("lanes",))):
         if not any(getattr(plan, field) for field in fields):
             continue
         changes: dict[str, Any] = dict.fromkeys(fields, ())

@@ -1,7 +1,7 @@
 """The runtime: workers per processor, pipelined requests, retries, switches and the invariant.
 
 A request of task ``t`` walks its route: stage ``j`` runs on the worker of ``route.processors[j]``
-(or the processor a policy's ``dispatch`` picks, or the least busy of a route's replicas); its
+(or the processor a policy's ``dispatch`` picks, or one of its replicas, :mod:`.replicas`); its
 boundary tensors then go to the next stage's worker queue, so requests of different tasks and
 positions overlap on processors. Every request ends once, completed or failed with its reason (only
 :meth:`Runtime._finish` ends one): ``submitted == completed + failed``, and its future is resolved
@@ -33,9 +33,10 @@ from sparseloom.runtime.monitor import LatencyMonitor
 from sparseloom.runtime.options import DOWN_AFTER as DOWN_AFTER  # re-export
 from sparseloom.runtime.options import RuntimeOptions as RuntimeOptions  # re-export
 from sparseloom.runtime.records import SwitchEvent
+from sparseloom.runtime.replicas import replica_for, take_spares_down
 from sparseloom.runtime.request import RELEASED, Request, Route
 from sparseloom.runtime.taskstate import TaskState, resolve_future
-from sparseloom.runtime.worker import ModelKey, ProcessorWorker, StageHandler, least_busy
+from sparseloom.runtime.worker import ModelKey, ProcessorWorker, StageHandler
 
 #: GIL switch interval while serving. CPython's 5 ms default let a control-thread job in
 #: Python (on_feedback, planning) keep a worker that returned from its model call waiting up
@@ -209,19 +210,16 @@ class Runtime(StageHandler):
                     ) -> ProcessorWorker:
         route = request.routed
         position = request.stage
-        if route.replicas:
-            return least_busy([self.workers[n] for n in route.processors[:1] + route.replicas])
+        if route.replicas and (replica := replica_for(route, self.workers)) is not None:
+            return replica
         worker = self.workers[route.processors[position]]
         if self.dispatcher is None and not worker.down:
             return worker
         key = route.keys[position]
-        candidates = {name: w.pending_ms for name, w in self.workers.items()
-                      if not w.down and key in w.models}
-        if not candidates:
-            return worker
-        if self.dispatcher is None:
-            return self.workers[min(candidates, key=candidates.__getitem__)]
-        chosen = self.dispatcher.dispatch(request.task, position, key[2], candidates,
+        held = {n: w.pending_ms for n, w in self.workers.items() if not w.down and key in w.models}
+        if not held or self.dispatcher is None:
+            return self.workers[min(held, key=held.__getitem__)] if held else worker
+        chosen = self.dispatcher.dispatch(request.task, position, key[2], held,
                                           previous.name if previous is not None else None)
         return self.workers.get(chosen, worker)
 
@@ -302,6 +300,7 @@ class Runtime(StageHandler):
             down = not worker.down and worker.consecutive_failures >= self.options.down_after
             worker.down = worker.down or down
         if down:
+            take_spares_down(self.workers, worker.name)
             self.notes.append(f"processor {worker.name} marked down after "
                               f"{worker.consecutive_failures} consecutive failures")
             self.control.submit(self.on_down)

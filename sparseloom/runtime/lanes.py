@@ -16,6 +16,15 @@ among them by time — a short task's call no longer waits out a longer one's, a
 task makes the most calls — while the processor's worker still serves its other tasks (and may
 borrow the idle cores for them). Such a lane is named ``P@t`` + :data:`PINNED_MARK`.
 
+A task of ``Plan.spares`` keeps its processor's worker and gets a *spare*: a lane pinned to the
+cores of the *other* processors (named ``P@t`` + :data:`SPARE_MARK`), holding the same merged
+model, listed as its route's replica (``Route.replicas``). A request goes to the spare only
+when the processor is busy with another request of the task and the spare is less busy
+(:meth:`Runtime._worker_for`): with one request in flight it never runs; where requests queue
+(Poisson arrivals) the task runs on two cores at once, as a stock runtime's two sessions of one
+model do. (One compiled OpenVINO model called from two threads runs one call at a time: a
+second server needs a model of its own.)
+
 A lane of processor ``P`` for task ``t`` is the worker named ``P@t`` (:func:`lane_name`) whose
 ``lane_of`` is ``P``; it is created the first time a plan asks for it
 (:func:`sparseloom.runtime.switching.ensure_lane`) and serves until the runtime stops. The
@@ -33,11 +42,15 @@ from typing import Any
 LANE_SEPARATOR = "@"
 #: Ends the name of a lane pinned to its own processor's cores (``ort:CPU@vision/pinned``).
 PINNED_MARK = "/pinned"
+#: Ends the name of a task's spare, on the other processors' cores (``ov:CPU@sentiment/spare``).
+SPARE_MARK = "/spare"
 
 
-def lane_name(processor: str, task: str, pinned: bool = False) -> str:
-    """The name of ``task``'s lane on ``processor`` (``pinned``: on its cores only)."""
-    return f"{processor}{LANE_SEPARATOR}{task}{PINNED_MARK if pinned else ''}"
+def lane_name(processor: str, task: str, pinned: bool = False, spare: bool = False) -> str:
+    """The name of ``task``'s lane on ``processor`` (``pinned``: on its cores only;
+    ``spare``: its spare, on the other processors' cores)."""
+    mark = SPARE_MARK if spare else PINNED_MARK if pinned else ""
+    return f"{processor}{LANE_SEPARATOR}{task}{mark}"
 
 
 def profiled_as(workers: Mapping[str, Any], name: str) -> str:

@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import StitchedVariant
+from sparseloom.runtime.lanes import SPARE_MARK
 from sparseloom.runtime.resident import WHOLE, ModelKey
 
 #: What a finished request's inputs and boundary tensors are replaced by (one shared empty
@@ -52,8 +53,9 @@ class Route:
             one model (``Plan.merged``): a route of one stage.
         replicas: other workers holding a one-stage route's model beside its processor (a
             stock runtime's sessions of one task, one per core): each request runs on the
-            least busy of them (:func:`~sparseloom.runtime.worker.least_busy`), so as many
-            run at once as there are replicas.
+            least busy of them (:func:`~sparseloom.runtime.replicas.least_busy`), so as many
+            run at once as there are replicas; or the task's spare (``Plan.spares``,
+            :attr:`spared`), which takes a request only while the processor is busy.
     """
 
     variant: StitchedVariant
@@ -98,6 +100,11 @@ class Route:
         return self.variant.task
 
     @property
+    def spared(self) -> bool:
+        """Whether its replicas are the task's spare (:mod:`sparseloom.runtime.lanes`)."""
+        return bool(self.replicas) and self.replicas[0].endswith(SPARE_MARK)
+
+    @property
     def positions(self) -> int:
         """S, the number of positions of the stitched variant."""
         return len(self.processors)
@@ -110,9 +117,10 @@ class Route:
     def describe(self) -> str:
         """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (merged, wide)`` for a merged, wide route)."""
         wide = "wide when quiet" if self.quiet else "wide"
-        flags = ", ".join(f for f, on in (("merged", self.merged), (wide, self.wide)) if on)
-        where = "|".join(self.processors[:1] + self.replicas) if self.replicas else \
-            ">".join(self.processors)
+        flags = ", ".join(f for f, on in (("merged", self.merged), (wide, self.wide),
+                                          ("spare", self.spared)) if on)
+        where = "|".join(self.processors[:1] + self.replicas) \
+            if self.replicas and not self.spared else ">".join(self.processors)
         return f"{self.variant} @ {where}{f' ({flags})' if flags else ''}"
 
     def same_path(self, other: Route) -> bool:

@@ -300,6 +300,7 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
         memory=memory, submitted=runtime.submitted, completed=runtime.completed,
         failed=runtime.failed,
         injected_faults=runtime.faults.injected if runtime.faults is not None else 0,
-        processors_down=tuple(n for n, w in runtime.workers.items() if w.down),
+        processors_down=tuple(dict.fromkeys(w.lane_of or n for n, w in runtime.workers.items()
+                                            if w.down)),  # a lane's or spare's: its processor
         valid=not reasons, reasons=tuple(reasons),
         notes=tuple(runtime.notes) + tuple(runtime.control.errors), rejected=rejected)

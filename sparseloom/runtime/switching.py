@@ -58,6 +58,9 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
             pinned = bool(getattr(plan, "lanes_pinned", False))
             processors = tuple(ensure_lane(runtime, p, task, pinned) for p in processors)
         merged = _merges(runtime, plan, task, processors, version)
+        if task in tuple(getattr(plan, "spares", ())) and (merged or len(processors) == 1) \
+                and not replicas and lent_cores(runtime, processors[0]):
+            replicas = (ensure_lane(runtime, processors[0], task, spare=True),)
         routes[task] = Route(variant, processors, version,
                              wide=task in tuple(getattr(plan, "wide", ())), merged=merged,
                              quiet=task in tuple(getattr(plan, "wide_when_quiet", ())),
@@ -65,17 +68,19 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
     return routes
 
 
-def ensure_lane(runtime: Runtime, processor: str, task: str, pinned: bool = False) -> str:
+def ensure_lane(runtime: Runtime, processor: str, task: str, pinned: bool = False,
+                spare: bool = False) -> str:
     """The name of ``task``'s lane on ``processor``, made (and started, if the runtime
     serves) the first time: ``processor``'s configuration on one thread and one stream,
-    pinned to the cores of every processor of the run (``pinned``: to ``processor``'s)."""
+    pinned to the cores of every processor of the run (``pinned``: to ``processor``'s;
+    ``spare``: to the other processors', :func:`lent_cores`)."""
     from sparseloom.runtime.worker import ProcessorWorker
 
-    name = lane_name(processor, task, pinned)
+    name = lane_name(processor, task, pinned, spare)
     if name in runtime.workers:
         return name
     base = runtime.workers[processor].processor
-    cores = sorted(base.cores if pinned else {
+    cores = sorted(lent_cores(runtime, processor) if spare else base.cores if pinned else {
         c for w in runtime.workers.values() if w.lane_of is None for c in w.processor.cores})
     worker = ProcessorWorker(attrs.evolve(base, name=name, cores=tuple(cores), threads=1,
                                           streams=1), runtime, faults=runtime.faults,
@@ -118,7 +123,8 @@ def _wide(runtime: Runtime, routes: Iterable[Route]) -> list[tuple[ModelKey, str
     """The (model, processor) pairs of the wide ``routes``: the only ones loaded with a
     twin. A preloaded subgraph no route uses stays narrow (its twin would double its memory
     for a model nobody calls); a switch onto it loads the twin then."""
-    return [pair for route in routes if route.wide for pair in route_keys(runtime, route)]
+    return [(key, target) for route in routes if route.wide
+            for key, target in route_keys(runtime, route) if target not in route.replicas]
 
 
 def lent_cores(runtime: Runtime, processor: str) -> tuple[int, ...]:

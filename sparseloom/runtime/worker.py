@@ -151,6 +151,8 @@ class ProcessorWorker:
             request's deadline with.
         lane_of: the processor this worker is a lane of (:mod:`sparseloom.runtime.lanes`);
             ``None`` for a processor's own worker.
+        calling: its own thread is in a model call (what sends a request to a spare,
+            :func:`sparseloom.runtime.replicas.spare_or_own`).
     """
 
     processor: Processor
@@ -173,6 +175,7 @@ class ProcessorWorker:
     overflow_on: bool = False
     call_ends: float = 0.0
     lane_of: str | None = None
+    calling: bool = False
     _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
     mutex: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _ready: threading.Condition = attrs.field(init=False)
@@ -333,9 +336,13 @@ class ProcessorWorker:
                     if heap and heap[0][0] < start + HORIZON_S and self.overflow is not None:
                         with self.mutex:
                             self.overflow.nudge()
+                if overflow is None:
+                    self.calling = True
                 try:
                     outputs = runner({key: carried[key] for key in model.input_names})
                 finally:
+                    if overflow is None:
+                        self.calling = False
                     for lender in lenders or ():
                         lender.core.release()
                 took = perf_counter() - start
@@ -373,10 +380,3 @@ class ProcessorWorker:
                     following.put(request)
                 return
 
-
-def least_busy(workers: list[ProcessorWorker]) -> ProcessorWorker:
-    """Of ``workers`` (replicas of one model, :attr:`Route.replicas
-    <sparseloom.runtime.request.Route.replicas>`), the one with the fewest requests running
-    and queued; the first on a tie, and the first when every one is down."""
-    up = [w for w in workers if not w.down] or workers[:1]
-    return min(up, key=lambda w: w.active + w.queued())

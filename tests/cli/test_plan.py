@@ -54,13 +54,15 @@ def test_every_builtin_policy_plans_tiny_with_stable_json_keys() -> None:
         task = report["tasks"]["tiny"]
         assert set(task) >= {"variant", "variant_names", "stitched", "processors", "accuracy",
                              "accuracy_measured", "latency_ms", "slo", "feasible", "reason",
-                             "merged", "wide", "wide_when_quiet", "lane"}
+                             "merged", "wide", "wide_when_quiet", "lane", "spare"}
         # One task alone waits for nobody's call: no plan puts it on a lane.
         assert task["lane"] is False
         # Only sparseloom-loaded merges (tiny's one task keeps its chain on one processor
         # there, or spans p*); the paper's policies and the baselines serve chains.
         assert task["merged"] == (policy == "sparseloom-loaded"
                                   and len(set(task["processors"])) == 1)
+        # Its merged chain alone in a queue, the other processor serving nothing: a spare.
+        assert task["spare"] == task["merged"]
         assert task["slo"]["source"] == "grid-middle"
         assert len(task["processors"]) == len(task["variant"])
         preload = report["preload"]

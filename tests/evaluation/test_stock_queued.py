@@ -80,7 +80,7 @@ def test_a_request_goes_to_the_least_busy_replica_that_is_up(tiny: Any) -> None:
     from sparseloom.core.types import Processor
     from sparseloom.runtime.executor import Runtime
     from sparseloom.runtime.models import RuntimeTask
-    from sparseloom.runtime.worker import least_busy
+    from sparseloom.runtime.replicas import least_busy
     from sparseloom.zoo.whole import whole_model_zoo
 
     task = tiny.task(tiny.task_names[0])

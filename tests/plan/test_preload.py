@@ -191,3 +191,16 @@ def test_a_plan_whose_twins_do_not_fit_gives_them_up_then_its_lanes() -> None:
     assert dropped == ("no wide twins", "no lanes") and chosen.route_bytes == 0
     with pytest.raises(BudgetError, match="minimum budget is 200 bytes"):
         fit_plan(table, plan, budget=199, grid=grid)
+
+
+def test_a_plan_gives_up_its_spares_before_its_twins() -> None:
+    table, grid = hot_table()
+    plan = attrs.evolve(manual_plan(x=(0, 0)), wide=("x",), spares=("x",))
+    assert route_extra_bytes(table, plan) == {"x": 400}  # the twin's copy and the spare's
+    fitted, chosen, dropped = fit_plan(table, plan, budget=600, grid=grid)
+    assert (fitted, dropped) == (plan, ())  # 200 + 400 fits
+    fitted, chosen, dropped = fit_plan(table, plan, budget=450, grid=grid)
+    assert dropped == ("no spares",) and fitted.wide == ("x",) and fitted.spares == ()
+    assert chosen.route_bytes == 200
+    fitted, chosen, dropped = fit_plan(table, plan, budget=250, grid=grid)
+    assert dropped == ("no spares", "no wide twins") and chosen.route_bytes == 0

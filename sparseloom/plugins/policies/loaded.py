@@ -80,6 +80,16 @@ runtime does; a task alone on its processor keeps the processor's worker (and bo
 cores). Estimated as lanes are, on that one core (:func:`sparseloom.plan.lanes.pinned_lanes`),
 and taken unless that misses more latency SLOs than the queue.
 
+**Spares** (``LoadedPolicy(spare=False)`` turns them off). A merged chain alone in its
+processor's queue, when no other processor's queue serves any task (their cores hold only
+time-sliced lanes, or nothing: ``default``'s ``sentiment`` on ``ov:CPU`` beside the light
+tasks' lanes on ``ort:CPU``), gets a spare (``Plan.spares``, :mod:`sparseloom.runtime.lanes`):
+the same merged model on one thread on the other processors' cores, which takes the task's
+request only while its processor is busy with another. With one request in flight per task
+(the closed loop, the steady state, the grid) it never runs; under Poisson arrivals the task's
+queued requests run on two cores at once, time-sliced there with the lanes, as a stock
+runtime's one session per core does. The estimates do not count on it.
+
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
 place, without yielding it; with one request in flight per task, at most that much is queued
@@ -104,7 +114,14 @@ from sparseloom.plan.feasible import (
     choice_accuracy,
     order_text,
 )
-from sparseloom.plan.lanes import Option, installed_backend, lane_choice, laneable, pinned_lanes
+from sparseloom.plan.lanes import (
+    Option,
+    installed_backend,
+    lane_choice,
+    laneable,
+    pinned_lanes,
+    spare_tasks,
+)
 from sparseloom.plan.orders import handoff_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
@@ -255,6 +272,9 @@ class LoadedPolicy(ProfilePolicy):
     #: (``Plan.lanes_pinned``; module doc) when that is estimated to miss no more latency
     #: SLOs than its queue.
     time_share: bool = attrs.field(default=True, kw_only=True)
+    #: Give a merged chain alone in its processor's queue, where the other processors' queues
+    #: serve no task, a spare on their cores (``Plan.spares``; module doc).
+    spare: bool = attrs.field(default=True, kw_only=True)
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -337,9 +357,11 @@ class LoadedPolicy(ProfilePolicy):
         sharing = collections.Counter(table.processors[p] for n, option in zip(
             names, chosen, strict=True) if n not in sliced_names for p in set(option.placement))
         overflow = tuple(p for p in table.processors if sharing[p] > 1) if self.overflow else ()
+        spares = spare_tasks(names, chosen, merged, sharing, table.processors) \
+            if self.spare and laneable(table) else ()
         return attrs.evolve(plan, wide=tuple(wide), wide_when_quiet=tuple(quiet),
                             merged=merged, overflow=overflow, lanes=sliced_names,
-                            lanes_pinned=bool(sliced_names))
+                            lanes_pinned=bool(sliced_names), spares=spares)
 
 
 def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -233,10 +234,18 @@ def test_tasks_sharing_a_processor_are_time_sliced_on_lanes_pinned_to_it() -> No
     assert plan.estimated_latency_ms == pytest.approx(
         {"long": 20.0, "short1": 0.4, "short2": 0.4})
     assert plan.wide == ("long",) and plan.overflow == ()  # no queue is shared any more
+    # The long task is the only one any processor's queue serves: it gets a spare on the
+    # other core, beside the lanes (its estimates do not count on it).
+    assert plan.spares == ("long",) and "long" in plan.merged
     queued = LoadedPolicy(time_share=False).plan(list(table.tasks), table,
                                                  list(table.processors), slos)
     assert queued.lanes == () and not queued.lanes_pinned and queued.overflow == (shared,)
     assert queued.variants == plan.variants and queued.assignment == plan.assignment
+    assert queued.spares == ()  # the short tasks' queue would wait for a spare's calls
+    unspared = LoadedPolicy(spare=False).plan(list(table.tasks), table,
+                                              list(table.processors), slos)
+    assert unspared.spares == () and attrs.evolve(unspared, decision_seconds=0.0) == \
+        attrs.evolve(plan, spares=(), decision_seconds=0.0)
 
 
 def test_time_slicing_is_not_taken_where_it_misses_an_slo_the_queue_meets() -> None:
@@ -250,6 +259,7 @@ def test_time_slicing_is_not_taken_where_it_misses_an_slo_the_queue_meets() -> N
     plan = LoadedPolicy().plan(list(table.tasks), table, list(table.processors), slos)
     assert plan.lanes == () and not plan.lanes_pinned and all(plan.feasible.values())
     assert plan.estimated_latency_ms == pytest.approx({"long": 20.0, "mid": 1.1, "short": 1.1})
+    assert plan.spares == ()  # the other processor's queue serves mid and short
     # With the short task's SLO at 0.5 ms instead, the queue misses it and the pinned lanes
     # do not (lanes over every core would miss the long task's 25 ms: 1.5 × 20 ms).
     tight = dict(slos, long=SLO(0.5, 25.0), mid=SLO(0.5, 2.5), short=SLO(0.5, 0.5))
@@ -257,4 +267,5 @@ def test_time_slicing_is_not_taken_where_it_misses_an_slo_the_queue_meets() -> N
     assert sliced.lanes == ("mid", "short") and sliced.lanes_pinned
     assert sliced.estimated_latency_ms == pytest.approx({"long": 20.0, "mid": 2.0,
                                                          "short": 0.1})
+    assert sliced.spares == ("long",)
     assert all(sliced.feasible.values())
