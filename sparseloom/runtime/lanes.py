@@ -19,8 +19,9 @@ borrow the idle cores for them). Such a lane is named ``P@t`` + :data:`PINNED_MA
 A task of ``Plan.spares`` keeps its processor's worker and gets a *spare*: a lane pinned to the
 cores of the *other* processors (named ``P@t`` + :data:`SPARE_MARK`), holding the same merged
 model, listed as its route's replica (``Route.replicas``). A request goes to the spare only
-when the processor is busy with another request of the task and the spare is less busy
-(:meth:`Runtime._worker_for`): with one request in flight it never runs; where requests queue
+while the processor's worker is in a call or has requests queued and the spare has fewer
+(:func:`sparseloom.runtime.replicas.spare_or_own`): with one request in flight it never runs;
+where requests queue
 (Poisson arrivals) the task runs on two cores at once, as a stock runtime's two sessions of one
 model do. (One compiled OpenVINO model called from two threads runs one call at a time: a
 second server needs a model of its own.)
@@ -51,6 +52,11 @@ def lane_name(processor: str, task: str, pinned: bool = False, spare: bool = Fal
     ``spare``: its spare, on the other processors' cores)."""
     mark = SPARE_MARK if spare else PINNED_MARK if pinned else ""
     return f"{processor}{LANE_SEPARATOR}{task}{mark}"
+
+
+def is_spare(name: str) -> bool:
+    """Whether the worker named ``name`` is a task's spare (``Plan.spares``)."""
+    return name.endswith(SPARE_MARK)
 
 
 def profiled_as(workers: Mapping[str, Any], name: str) -> str:

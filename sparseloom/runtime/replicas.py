@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sparseloom.runtime.lanes import SPARE_MARK
+from sparseloom.runtime.lanes import is_spare
 
 if TYPE_CHECKING:
     from sparseloom.runtime.request import Route
@@ -30,11 +30,11 @@ def replica_for(route: Route, workers: Mapping[str, ProcessorWorker]) -> Process
 
 
 def spare_or_own(own: ProcessorWorker, spares: list[ProcessorWorker]) -> ProcessorWorker:
-    """``own`` (a processor's worker) unless it is in a model call or has requests queued and
-    one of ``spares`` has fewer (an answer comes after its call ends)."""
+    """``own`` (a processor's worker, up) unless it is in a model call or has requests queued
+    and one of ``spares`` that is up has fewer (an answer comes after its call ends)."""
     spare = min(spares, key=lambda w: (w.down, w.queued() + w.calling))
     busier = own.queued() + own.calling > spare.queued() + spare.calling
-    return spare if busier and not (spare.down or own.down) else own
+    return spare if busier and not spare.down else own
 
 
 def least_busy(workers: list[ProcessorWorker]) -> ProcessorWorker:
@@ -49,5 +49,5 @@ def take_spares_down(workers: Mapping[str, ProcessorWorker], processor: str) -> 
     """Mark the spares of ``processor`` down with it: they run its backend as it is
     configured."""
     for worker in workers.values():
-        if worker.lane_of == processor and worker.name.endswith(SPARE_MARK):
+        if worker.lane_of == processor and is_spare(worker.name):
             worker.down = True

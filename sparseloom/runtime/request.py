@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import StitchedVariant
-from sparseloom.runtime.lanes import SPARE_MARK
+from sparseloom.runtime.lanes import is_spare
 from sparseloom.runtime.resident import WHOLE, ModelKey
 
 #: What a finished request's inputs and boundary tensors are replaced by (one shared empty
@@ -102,7 +102,7 @@ class Route:
     @property
     def spared(self) -> bool:
         """Whether its replicas are the task's spare (:mod:`sparseloom.runtime.lanes`)."""
-        return bool(self.replicas) and self.replicas[0].endswith(SPARE_MARK)
+        return bool(self.replicas) and is_spare(self.replicas[0])
 
     @property
     def positions(self) -> int:
