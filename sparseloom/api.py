@@ -99,7 +99,8 @@ def build_zoos(
     """Build (or load from the cache) the subgraph zoo of every task of ``workload``.
 
     :param options: S, variants, partition settings; by default one position per processor
-        of the workload (or of the default processor set) and the ten default variants.
+        of the workload (or of the default processor set) and the default variants
+        (:data:`~sparseloom.zoo.variants.DEFAULT_VARIANTS`).
     :returns: the zoo of each task, by task name.
     """
     import attrs

@@ -75,7 +75,7 @@ class _Steps:
               help="Subgraph positions S (default: the number of processors).")
 @click.option("--variants", default=None,
               help="The zoos' variants, comma-separated, dense first (default: the workload "
-                   "file's 'variants', else the ten of docs/zoo.md).")
+                   "file's 'variants', else the default list of docs/zoo.md).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("out/demo"), show_default=True,
               help="Folder for the Pareto figures, CSVs and the validation report.")

@@ -240,8 +240,8 @@ def _command_line(ctx: click.Context) -> str:
               help="S (default: one per processor).")
 @click.option("--variants", default=None,
               help="The zoo's variants, comma-separated, dense first, as `zoo build --variants` "
-                   "takes them (default: the workload file's 'variants', else the ten of "
-                   "docs/zoo.md).")
+                   "takes them (default: the workload file's 'variants', else the default "
+                   "list of docs/zoo.md).")
 @click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seeds the sampling of stitched variants and the estimators' training.")
 @click.option("--validate", is_flag=True,

@@ -87,8 +87,8 @@ _subgraphs_option = click.option(
 _variants_option = click.option(
     "--variants", default=None,
     help="Comma-separated variant names, dense first; a bare compressor name stands for its "
-         "default levels (default: the workload file's 'variants', else the ten of "
-         "docs/zoo.md).",
+         "default levels (default: the workload file's 'variants', else the default "
+         "list of docs/zoo.md).",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

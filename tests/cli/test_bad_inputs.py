@@ -279,7 +279,7 @@ def test_task_names_that_are_paths_are_refused(files: Path) -> None:
 @pytest.mark.parametrize(("args", "words"), [
     (["zoo", "eval", "tiny", "--task", "tiny", "--stitch", "0,,1"], ["--stitch", "empty item"]),
     (["zoo", "eval", "tiny", "--task", "tiny", "--stitch", "0,11"],
-     ["unknown variant id 11", "0..9"]),
+     ["unknown variant id 11", "0..10"]),
     (["zoo", "eval", "tiny", "--task", "tiny", "--stitch", "0,1,2"], ["3 choice(s)", "S=2"]),
     (["zoo", "eval", "tiny", "--task", "tiny", "--stitch", "0,-1"], ["non-negative"]),
     (["zoo", "show", "tiny", "--variants", ""], ["--variants", "empty item"]),

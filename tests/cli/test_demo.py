@@ -5,6 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from sparseloom.cli import cli
+from sparseloom.zoo.variants import DEFAULT_VARIANTS
 
 
 def test_demo_runs_every_step_on_tiny(tmp_path):
@@ -23,7 +24,7 @@ def test_demo_runs_every_step_on_tiny(tmp_path):
     assert ("ov:CPU in bf16" in line) == (openvino_cpu_precision() == "bf16")
     assert (tmp_path / "pareto-tiny.png").stat().st_size > 0
     rows = (tmp_path / "pareto-tiny.csv").read_text().splitlines()
-    assert rows[0].startswith("kind,choices") and len(rows) == 1 + 10 + 30
+    assert rows[0].startswith("kind,choices") and len(rows) == 1 + len(DEFAULT_VARIANTS) + 30
     assert "top-10 recall" in result.output
     # Every eval row served once: the accuracy measured is the variant's, not a sample's.
     from sparseloom.workload.load import load_workload

@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from sparseloom.cli import cli
 from sparseloom.profile.table import ProfileTable
 from sparseloom.zoo.options import zoo_directory
+from sparseloom.zoo.variants import DEFAULT_VARIANTS
 from tests.zoo.zoo_support import chain_metrics_with_onnxruntime, tiny_task
 
 #: The fewest rounds and samples that still exercise every part of the report.
@@ -50,7 +51,8 @@ def test_validate_json_report_and_plots(tmp_path: Path) -> None:
     # and the table's estimates there are the held-out predictions.
     table = ProfileTable.load(tmp_path / "profile").task("tiny")
     meta = json.loads((tmp_path / "profile" / "profile.json").read_text())["meta"]
-    every = [(a, b) for a in range(10) for b in range(10)]  # table row order
+    variants = len(DEFAULT_VARIANTS)
+    every = [(a, b) for a in range(variants) for b in range(variants)]  # table row order
     truth = np.array(chain_metrics_with_onnxruntime(
         zoo_directory(meta["zoo_hashes"]["tiny"]), every, tiny_task()))
     measured = ~np.isnan(table.accuracy_measured)
@@ -60,7 +62,7 @@ def test_validate_json_report_and_plots(tmp_path: Path) -> None:
     held_out = ~measured
     estimated = table.accuracy_estimated.astype(np.float64)
     accuracy = task["accuracy"]
-    assert accuracy["held_out"] == held_out.sum() == 88
+    assert accuracy["held_out"] == held_out.sum() == variants**2 - 12
     for k in (5, 10):
         assert accuracy["top_k_recall"][str(k)] == _recall(truth[held_out],
                                                            estimated[held_out], k)
@@ -85,7 +87,7 @@ def test_validate_json_report_and_plots(tmp_path: Path) -> None:
     assert useful["beats_mean_by_a_third"] == (
         latency["mape"] <= 2 / 3 * latency["mean_baseline_mape"])
     assert all(p["spread_ms"] is not None and p["spread_ms"] >= 0 for p in latency["points"])
-    assert np.asarray(latency["profile_now"]["latency_ms"]).shape == (2, 10, 2)
+    assert np.asarray(latency["profile_now"]["latency_ms"]).shape == (2, variants, 2)
 
     # Profiling cost: the phases add up, and the reduction is against the exhaustive estimate.
     cost = task["profiling"]
@@ -112,7 +114,7 @@ def test_plain_profile_prints_a_table() -> None:
     [
         (("--accuracy-estimator", "catboost"), "unknown estimator 'catboost'"),
         (("--latency-estimator", "xgboost"), "cannot estimate latency"),
-        (("--samples", "2"), "fewer than the zoo's 10 original variants"),
+        (("--samples", "2"), f"fewer than the zoo's {len(DEFAULT_VARIANTS)} original variants"),
     ],
 )
 def test_bad_options_are_one_line_errors(args: tuple[str, ...], fragment: str) -> None:

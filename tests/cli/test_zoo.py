@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sparseloom.cli import cli
+from sparseloom.zoo.variants import DEFAULT_VARIANTS
 from tests.zoo.zoo_support import require_real_compressors, tiny_task, tiny_zoo
 
 
@@ -75,7 +76,7 @@ def test_eval_of_the_dense_stitch_is_the_dense_metric() -> None:
     ("stitch", "fragments"),
     [
         ("0,3,5", ("has 3 choice(s) but the zoo has 2 positions",)),
-        ("0,12", ("position 1 has unknown variant id 12", "ids are 0..9")),
+        ("0,12", ("position 1 has unknown variant id 12", "ids are 0..10")),
         ("0,x", ("--stitch takes comma-separated variant ids",)),
     ],
 )
@@ -116,14 +117,15 @@ def test_pareto_writes_png_and_csv(tmp_path: Path) -> None:
                     "--sample", "20", "--runs", "1", "--order", "ort:CPU,ov:CPU", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert summary["originals"] == 10 and summary["stitched_sampled"] == 20
-    assert summary["stitched_total"] == 90
+    variants = len(DEFAULT_VARIANTS)
+    assert summary["originals"] == variants and summary["stitched_sampled"] == 20
+    assert summary["stitched_total"] == variants * (variants - 1)
     png = Path(summary["png"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Path(summary["csv"]).open() as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 30
-    assert [r["kind"] for r in rows] == ["original"] * 10 + ["stitched"] * 20
+    assert len(rows) == variants + 20
+    assert [r["kind"] for r in rows] == ["original"] * variants + ["stitched"] * 20
     assert all(float(r["latency_ms"]) > 0 for r in rows)
     # The headline counts, recounted from the CSV's points. The CSV rounds latencies to
     # 1e-4 ms, so a stitched variant that close to an original may count either way.

@@ -76,7 +76,7 @@ def test_merged_stitched_model_runs_without_partitioning(tmp_path: Path) -> None
     [
         ((0, 1), r"has 2 choice\(s\) but the zoo has 3 positions"),
         ((0, 1, 2, 3), r"has 4 choice\(s\) but the zoo has 3 positions"),
-        ((0, 10, 1), r"position 1 has unknown variant id 10; ids are 0..9"),
+        ((0, 11, 1), r"position 1 has unknown variant id 11; ids are 0..10"),
         ((0, -1, 1), r"unknown variant id -1"),
         ((0, "a", 1), r"unknown variant id 'a'"),
     ],

@@ -6,6 +6,8 @@ that need them.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -214,3 +216,49 @@ def probe_session(model: onnx.ModelProto, tensors: Iterable[str]
     options.log_severity_level = 3
     return ort.InferenceSession(probe.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
+
+
+@contextlib.contextmanager
+def quiet_quantizer() -> Iterator[None]:
+    """Silence the quantizer's root-logger advice ("consider pre-processing ...")."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(previous)
+
+
+def rename_tensor(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename tensor ``old`` to ``new`` wherever a node of ``graph`` reads or writes it."""
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+
+
+def restore_boundary_names(original: onnx.ModelProto, quantized: onnx.ModelProto) -> None:
+    """Give boundary tensors back the names they had, if the quantizer renamed any."""
+    for side in ("input", "output"):
+        before = [v.name for v in getattr(original.graph, side)]
+        after = getattr(quantized.graph, side)
+        if len(after) != len(before):
+            continue  # check_boundaries reports it
+        for value, name in zip(after, before, strict=True):
+            if value.name != name:
+                rename_tensor(quantized.graph, value.name, name)
+                value.name = name
+
+
+def name_layers(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
+    """The names of the layers the quantizer quantizes: ``op_types`` with a constant operand
+    (input 0 or 1), naming the unnamed ones (in place)."""
+    constants = {init.name for init in model.graph.initializer} | {
+        out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    names = []
+    for index, node in enumerate(model.graph.node):
+        if node.op_type in op_types and any(i in constants for i in node.input[:2]):
+            if not node.name:
+                node.name = f"sparseloom_int8_{index}"
+            names.append(node.name)
+    return names

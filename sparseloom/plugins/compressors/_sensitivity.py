@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from sparseloom.plugins.compressors._common import note
+
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["Mixed", "keep_float", "only_layer", "output_error"]
+__all__ = ["Mixed", "keep_float", "only_layer", "output_error", "within_error"]
 
 Quantize = Callable[[Sequence[str], bool], "onnx.ModelProto"]
 
@@ -182,3 +184,24 @@ def keep_float(dense: onnx.ModelProto, quantize: Quantize, nodes: Sequence[str],
         return Mixed(every, (), first, first)
     model = quantize(chosen, False)
     return Mixed(model, chosen, output_error(reference, model, batches), first)
+
+
+def within_error(dense: onnx.ModelProto, compress: Quantize, layers: Sequence[str],
+                 batches: Sequence[Mapping[str, np.ndarray]], max_error: float | None,
+                 max_share: float, *, label: str, kept: str = "float32 layers",
+                 alone: Callable[[str], onnx.ModelProto] | None = None) -> onnx.ModelProto:
+    """``dense`` compressed with every layer compressed where ``max_error`` is ``None`` or no
+    ``batches`` are given, else with the fewest of its most sensitive layers left as they
+    were (:func:`keep_float`), those named in the model's doc string.
+
+    :param compress: ``compress(exclude, probe)`` → ``dense`` compressed but ``exclude``.
+    :param label: what compressed it, in the note (``"INT8"``, ``"lowrank-0.5"``).
+    :param kept: what the layers left alone are called in the note.
+    """
+    if max_error is None or not batches:
+        return compress((), False)
+    mixed = keep_float(dense, compress, layers, batches, max_error, max_share, alone=alone)
+    if mixed.float_nodes:
+        note(mixed.model, f"{kept} ({label} output error {mixed.error_all_compressed:.3g} → "
+                          f"{mixed.error:.3g}): {', '.join(mixed.float_nodes)}")
+    return mixed.model

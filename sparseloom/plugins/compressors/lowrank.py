@@ -27,10 +27,9 @@ from sparseloom.plugins.compressors._common import (
     check_calibration,
     check_fraction_level,
     model_copy,
-    note,
     probe_session,
 )
-from sparseloom.plugins.compressors._sensitivity import keep_float
+from sparseloom.plugins.compressors._sensitivity import within_error
 from sparseloom.plugins.compressors._sink_fit import REFIT_ROWS, conv_patches, sink_matrix
 from sparseloom.workload.arguments import number_field
 
@@ -278,17 +277,10 @@ class LowRankFactoriser:
             return _rewrite(subgraph, [t for t in targets if t.weight not in dense], factors)
 
         names = [t.weight for t in targets]
-        if self.max_error is None or not batches:
-            model = factorised(())
-        else:
-            mixed = keep_float(subgraph, factorised, names, batches[: self.error_batches],
-                               self.max_error, self.max_dense_share,
-                               alone=lambda name: factorised([n for n in names if n != name]))
-            model = mixed.model
-            if mixed.float_nodes:
-                note(model, f"dense layers (lowrank-{fraction:g} output error "
-                            f"{mixed.error_all_compressed:.3g} → {mixed.error:.3g}): "
-                            f"{', '.join(mixed.float_nodes)}")
+        model = within_error(
+            subgraph, factorised, names, batches[: self.error_batches], self.max_error,
+            self.max_dense_share, label=f"lowrank-{fraction:g}", kept="dense layers",
+            alone=lambda name: factorised([n for n in names if n != name]))
         check_boundaries(self.kind, subgraph, model)
         return model
 

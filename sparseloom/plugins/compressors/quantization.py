@@ -8,10 +8,8 @@ Runtime and OpenVINO (OpenVINO cannot read ORT's QOperator form; QDQ is the port
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import attrs
 import numpy as np
@@ -23,10 +21,13 @@ from sparseloom.plugins.compressors._common import (
     check_calibration,
     check_no_level,
     model_copy,
+    name_layers,
     note,
+    quiet_quantizer,
+    restore_boundary_names,
 )
 from sparseloom.plugins.compressors._embedding import quantize_embeddings
-from sparseloom.plugins.compressors._sensitivity import keep_float
+from sparseloom.plugins.compressors._sensitivity import within_error
 from sparseloom.workload.arguments import number_field
 
 if TYPE_CHECKING:
@@ -37,37 +38,6 @@ if TYPE_CHECKING:
 CalibrationMethodName = Literal["minmax", "entropy", "percentile"]
 
 
-@contextlib.contextmanager
-def _quiet_quantizer() -> Iterator[None]:
-    """Silence the quantizer's root-logger advice ("consider pre-processing ...")."""
-    root = logging.getLogger()
-    previous = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(previous)
-
-
-def _rename_tensor(graph: onnx.GraphProto, old: str, new: str) -> None:
-    for node in graph.node:
-        node.input[:] = [new if name == old else name for name in node.input]
-        node.output[:] = [new if name == old else name for name in node.output]
-
-
-def _restore_boundary_names(original: onnx.ModelProto, quantized: onnx.ModelProto) -> None:
-    """Give boundary tensors back the names they had, if the quantizer renamed any."""
-    for side in ("input", "output"):
-        before = [v.name for v in getattr(original.graph, side)]
-        after = getattr(quantized.graph, side)
-        if len(after) != len(before):
-            continue  # check_boundaries reports it
-        for value, name in zip(after, before, strict=True):
-            if value.name != name:
-                _rename_tensor(quantized.graph, value.name, name)
-                value.name = name
-
-
 #: The output error (relative L2 against float32 on calibration batches) above which INT8 leaves
 #: a subgraph's most sensitive layers in float32. See docs/compressors.md for how it was chosen.
 MAX_INT8_ERROR = 0.1
@@ -76,22 +46,57 @@ MAX_INT8_ERROR = 0.1
 INT8_REVISION = 3
 
 
-def _name_layers(model: onnx.ModelProto, op_types: Sequence[str]) -> list[str]:
-    """The names of the layers the quantizer quantizes: ``op_types`` with a constant operand
-    (input 0 or 1), naming the unnamed ones (in place)."""
-    constants = {init.name for init in model.graph.initializer} | {
-        out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
-    names = []
-    for index, node in enumerate(model.graph.node):
-        if node.op_type in op_types and any(i in constants for i in node.input[:2]):
-            if not node.name:
-                node.name = f"sparseloom_int8_{index}"
-            names.append(node.name)
-    return names
+@attrs.define(eq=False, kw_only=True)
+class Int8Weights:
+    """What both INT8 compressors share: the weights' width, the sensitive-layer search's
+    share and batches, int8 embedding tables, and how a quantized subgraph is finished.
+
+    :param reduce_range: 7-bit weights to avoid int16 saturation on CPUs without VNNI and AMX
+        (see :class:`Int8Quantizer`); ``None``: on where the CPU has neither.
+    :param max_float_share: at most this share of the layers stays float32.
+    :param error_batches: calibration batches the output error is measured on.
+    :param embeddings: store large embedding tables in int8 (one scale per row).
+    """
+
+    #: Raised whenever the compressor gives another output for the same options (part of the
+    #: zoo's cache key).
+    revision: ClassVar[int] = 0
+
+    reduce_range: bool | None = None
+    max_float_share: float = attrs.field(
+        default=0.25, validator=number_field(low=0, low_open=True, high=1))
+    error_batches: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    embeddings: bool = True
+
+    @property
+    def seven_bit(self) -> bool:
+        """Whether weights are stored in 7 bits on this machine (``reduce_range`` resolved)."""
+        if self.reduce_range is not None:
+            return self.reduce_range
+        from sparseloom.core.processors.cores import has_int8_dot_product
+
+        return not has_int8_dot_product()
+
+    def cache_key(self) -> dict[str, object]:
+        """What its output depends on beyond its options: the resolved weight width (a zoo
+        built on a CPU without VNNI is not reused on one with it)."""
+        return {"seven_bit_weights": self.seven_bit, "revision": self.revision,
+                "embeddings": self.embeddings}
+
+    def finish(self, kind: str, subgraph: onnx.ModelProto,
+               quantized: onnx.ModelProto) -> onnx.ModelProto:
+        """``quantized`` with its large embedding tables in int8 (when ``embeddings``) and
+        ``subgraph``'s boundary names, checked against ``subgraph``'s boundaries."""
+        tables = quantize_embeddings(quantized) if self.embeddings else []
+        if tables:
+            note(quantized, f"int8 embedding tables, one scale per row: {', '.join(tables)}")
+        restore_boundary_names(subgraph, quantized)
+        check_boundaries(kind, subgraph, quantized)
+        return quantized
 
 
 @attrs.define(eq=False)
-class Int8Quantizer:
+class Int8Quantizer(Int8Weights):
     """Static INT8 quantization in QDQ form with ONNX Runtime's quantizer.
 
     Weights: int8, symmetric, per output channel. Activations: uint8 (U8S8, the fast path of
@@ -127,35 +132,17 @@ class Int8Quantizer:
     :param embeddings: store large embedding tables in int8 (one scale per row).
     """
 
+    revision: ClassVar[int] = INT8_REVISION
+
     calibrate_method: CalibrationMethodName = attrs.field(
         default="minmax", validator=attrs.validators.in_(("minmax", "entropy", "percentile"))
     )
-    reduce_range: bool | None = None
     op_types: tuple[str, ...] = attrs.field(default=("Conv", "Gemm", "MatMul"), converter=as_tuple)
     max_calibration_batches: int = attrs.field(default=32, validator=attrs.validators.ge(1))
     max_error: float | None = attrs.field(
         default=MAX_INT8_ERROR, validator=number_field(low=0, low_open=True, optional=True))
-    max_float_share: float = attrs.field(
-        default=0.25, validator=number_field(low=0, low_open=True, high=1))
-    error_batches: int = attrs.field(default=4, validator=attrs.validators.ge(1))
-    embeddings: bool = True
     kind: str = attrs.field(default="int8", init=False)
     default_levels: tuple[float, ...] = attrs.field(default=(), init=False)
-
-    @property
-    def seven_bit(self) -> bool:
-        """Whether weights are stored in 7 bits on this machine (``reduce_range`` resolved)."""
-        if self.reduce_range is not None:
-            return self.reduce_range
-        from sparseloom.core.processors.cores import has_int8_dot_product
-
-        return not has_int8_dot_product()
-
-    def cache_key(self) -> dict[str, object]:
-        """What its output depends on beyond its options: the resolved weight width (a zoo
-        built on a CPU without VNNI is not reused on one with it)."""
-        return {"seven_bit_weights": self.seven_bit, "revision": INT8_REVISION,
-                "embeddings": self.embeddings}
 
     def compress(
         self, subgraph: onnx.ModelProto, level: float, calibration: Sequence[Arrays]
@@ -194,7 +181,7 @@ class Int8Quantizer:
             "percentile": CalibrationMethod.Percentile,
         }[self.calibrate_method]
         named = model_copy(subgraph)
-        layers = _name_layers(named, self.op_types)
+        layers = name_layers(named, self.op_types)
         # The quantizer wants file paths (given a ModelProto it rewrites it in place).
         with tempfile.TemporaryDirectory(prefix="sparseloom-int8-") as workdir:
             source, target = Path(workdir) / "dense.onnx", Path(workdir) / "int8.onnx"
@@ -203,7 +190,7 @@ class Int8Quantizer:
             def quantize(exclude: Sequence[str], probe: bool) -> onnx.ModelProto:
                 feeds = batches[: self.error_batches] if probe else batches
                 try:
-                    with _quiet_quantizer():
+                    with quiet_quantizer():
                         quantize_static(
                             str(source), str(target), _Reader(feeds),
                             quant_format=QuantFormat.QDQ,
@@ -224,23 +211,9 @@ class Int8Quantizer:
                         f"runs on ORT CPU") from error
                 return onnx.load(str(target))
 
-            if self.max_error is None:
-                quantized = quantize((), False)
-            else:
-                mixed = keep_float(named, quantize, layers,
-                                   batches[: self.error_batches], self.max_error,
-                                   self.max_float_share)
-                quantized = mixed.model
-                if mixed.float_nodes:
-                    note(quantized, f"float32 layers (INT8 output error "
-                                     f"{mixed.error_all_compressed:.3g} → {mixed.error:.3g}): "
-                                     f"{', '.join(mixed.float_nodes)}")
-        tables = quantize_embeddings(quantized) if self.embeddings else []
-        if tables:
-            note(quantized, f"int8 embedding tables, one scale per row: {', '.join(tables)}")
-        _restore_boundary_names(subgraph, quantized)
-        check_boundaries(self.kind, subgraph, quantized)
-        return quantized
+            quantized = within_error(named, quantize, layers, batches[: self.error_batches],
+                                     self.max_error, self.max_float_share, label="INT8")
+        return self.finish(self.kind, subgraph, quantized)
 
 
 @attrs.define(eq=False)
@@ -292,6 +265,6 @@ class Fp16Converter:
                 f"{subgraph.graph.name!r} ({type(error).__name__}: {error}); try keeping the "
                 f"failing op type in float32 with keep_float32_ops"
             ) from error
-        _restore_boundary_names(subgraph, converted)
+        restore_boundary_names(subgraph, converted)
         check_boundaries(self.kind, subgraph, converted)
         return converted

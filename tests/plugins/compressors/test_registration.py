@@ -9,7 +9,7 @@ from sparseloom.core.protocols import Compressor
 from sparseloom.core.registry import DEFAULT_PLUGINS, create_registry
 from sparseloom.plugins.compressors import NO_LEVEL
 
-KINDS = ("unstructured", "structured", "lowrank", "int8", "fp16")
+KINDS = ("unstructured", "structured", "lowrank", "int8", "int8dyn", "fp16")
 
 
 def test_builtins_include_the_compressors() -> None:
@@ -37,7 +37,7 @@ def test_fraction_levels_out_of_range(kind: str, level: float, cnn) -> None:
         compressor.compress(cnn.parts[1], level, cnn.calibration[1])
 
 
-@pytest.mark.parametrize("kind", ["int8", "fp16"])
+@pytest.mark.parametrize("kind", ["int8", "int8dyn", "fp16"])
 def test_levelless_kinds_refuse_levels(kind: str, cnn) -> None:
     registry = create_registry(autoload=False, builtins=("sparseloom.plugins.compressors",))
     compressor = registry.create("compressor", kind)
