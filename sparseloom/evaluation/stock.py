@@ -185,7 +185,8 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: ServedStoc
         with picks.
     :param slos: the SLOs the run is judged by.
     :param cores: the cores of sparseloom's processors (the matched runtimes' callers).
-    :param picks: with ``stock.picks``, each task's stitched variant.
+    :param picks: with ``stock.picks``, each task's stitched variant; a task without one
+        serves its dense model (a pick that is the dense model at every position).
     :param precision: the OpenVINO inference precision a matched runtime uses.
     :param tasks: serve only these tasks (default every task of ``workload``).
     :raises EvaluationError: picks missing for a picks contender.
@@ -193,15 +194,16 @@ def serve_stock(workload: Any, zoos: Mapping[str, Any] | None, stock: ServedStoc
     """
     from sparseloom.zoo.whole import whole_model_zoo
 
-    if stock.picks and not (picks and zoos):
-        raise EvaluationError(f"{stock.name} serves a sparseloom policy's picks and needs the "
-                              f"tasks' zoos; none given")
+    if stock.picks and (picks is None or (picks and not zoos)):
+        raise EvaluationError(f"{stock.name} serves a sparseloom policy's picks and needs them "
+                              f"and the tasks' zoos; {'no picks' if picks is None else 'no zoos'}"
+                              f" given")
     names = list(workload.task_names if tasks is None else tasks)
     cores = tuple(cores) or allowed_cores()
     served, processors, variants, placement, replicas = [], [], {}, {}, {}
     for name in names:
         task = workload.task(name)
-        chosen = [tuple(picks[name])] if stock.picks and picks else []
+        chosen = [tuple(picks[name])] if stock.picks and picks and name in picks else []
         zoo = whole_model_zoo(task, zoos[name] if chosen and zoos else None, chosen)
         served.append(RuntimeTask(task, zoo, slos[name]))
         processor = stock.processor(name, cores, precision)

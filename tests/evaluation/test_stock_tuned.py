@@ -300,3 +300,37 @@ def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context
     assert table[1] == "## Picks: predicted against served speed-up"
     assert len([line for line in table if line.startswith("| tiny |")]) == len(rows)
     assert render_pick_speedups([]) == []
+
+
+def test_a_dense_pick_is_served_and_measured_as_stock_tuned_serves_dense(tiny_context: Any
+                                                                       ) -> None:
+    from sparseloom.evaluation.contenders import (
+        TUNED_PICKS_POLICY,
+        Contender,
+        _slo_key,
+        serve_contender,
+    )
+    from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.runtime.load import LoadSpec
+
+    context = tiny_context
+    # SLOs of this test's own (the context caches picks and tunings by SLOs), under which
+    # sparseloom-loaded's pick is set to the dense model at both positions.
+    slos = {t: SLO(max(s.accuracy - 0.25, 0.0), s.latency_ms)
+            for t, s in dense_slos(context).items()}
+    table = context.profile.task("tiny")
+    assert table.variant_kinds[0] == "dense"
+    context.picks(slos, TUNED_PICKS_POLICY)  # (planned, then replaced)
+    context._picks[TUNED_PICKS_POLICY, _slo_key(slos)] = {"tiny": (0,) * table.n_positions}
+    assert context.compressed_picks(slos) == {}
+    stock = context.tuned("stock-tuned", slos)
+    measured = dict(context.measured_alone())
+    picked = context.tuned("picks-tuned", slos)
+    # Nothing measured again: the dense model's figures serve both, and so does the choice.
+    assert context.measured_alone() == measured
+    assert ("tiny", (0,) * table.n_positions) not in measured
+    assert picked.choices == stock.choices and picked.picks
+    summary = serve_contender(context, Contender("picks-tuned", "stock"),
+                              LoadSpec("closed", queries=100), slos)
+    assert summary.valid, summary.reasons
+    assert [t.completed for t in summary.tasks] == [100]

@@ -90,6 +90,14 @@ request only while its processor is busy with another. With one request in fligh
 queued requests run on two cores at once, time-sliced there with the lanes, as a stock
 runtime's one session per core does. The estimates do not count on it.
 
+**Worth its risk** (``LoadedPolicy(min_gain=0)`` turns it off). Where the dense model meets a
+task's accuracy SLO, a compressed variant is an option only when its chain is estimated at
+least ``min_gain`` (10 %) faster than the dense model's under the same placement. A variant
+estimated a few percent faster gains nothing a run can tell from noise and carries the accuracy
+risk of every compressed variant; on ``default`` (AMD EPYC Zen 4, 2026-12-07) the picks the
+profile estimated at 1.00–1.04× the dense model (``vision`` 8_1, ``speech`` 9_0) served merged
+at 0.80–0.88× of it.
+
 The loaded latency of a task is its chain plus, on each processor it uses, the longest time a
 request of every other task holds that processor (consecutive stages on one processor run in
 place, without yielding it; with one request in flight per task, at most that much is queued
@@ -124,6 +132,7 @@ from sparseloom.plan.lanes import (
 )
 from sparseloom.plan.orders import handoff_per_order, paper_orders
 from sparseloom.plan.policy import ProfilePolicy
+from sparseloom.plugins.policies.baselines import dense_variant
 from sparseloom.plugins.policies.sparseloom import algorithm1, common_positions
 from sparseloom.profile.table import ProfileTable, TaskProfile
 
@@ -136,10 +145,16 @@ WIDE_MIN_CHAIN_MS = 2.0
 
 
 def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Sequence[int]],
-                 n_processors: int) -> list[Option]:
+                 n_processors: int, *, min_gain: float = 0.0) -> list[Option]:
     """The Pareto-minimal options of ``rows`` under ``placements`` (work per processor,
-    chain)."""
+    chain).
+
+    :param min_gain: where the dense model is among ``rows``, a compressed variant is an
+        option under a placement only when its chain is estimated at least this share faster
+        than the dense model's there (:attr:`LoadedPolicy.min_gain`).
+    """
     choices = profile.choices(rows)
+    dense = dense_row(profile) if min_gain > 0 else None
     options: list[Option] = []
     for placement in placements:
         order = np.asarray(placement, dtype=np.int64)
@@ -156,7 +171,12 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
             longest[:, processor] = np.maximum(longest[:, processor], run)
         keys = np.column_stack([work, chain])
         uses = np.isin(np.arange(n_processors), order)
-        runnable = np.flatnonzero(np.isfinite(chain))  # not through an unfaithful subgraph
+        runnable = np.isfinite(chain)  # not through an unfaithful subgraph
+        if dense is not None and dense in rows:
+            dense_chain = chain[int(np.flatnonzero(rows == dense)[0])]
+            if np.isfinite(dense_chain):  # a gain within the estimate's error is no gain
+                runnable &= (rows == dense) | (chain <= dense_chain * (1.0 - min_gain))
+        runnable = np.flatnonzero(runnable)
         for index in runnable[_pareto(keys[runnable])]:
             options.append(Option(int(rows[index]), tuple(int(p) for p in order), work[index],
                                   float(chain[index]), longest[index], uses,
@@ -164,8 +184,17 @@ def task_options(profile: TaskProfile, rows: np.ndarray, placements: Sequence[Se
     return options
 
 
+def dense_row(profile: TaskProfile) -> int | None:
+    """The row of the stitched variant that is the dense model at every position (``None``
+    when the zoo has no ``dense`` variant)."""
+    if "dense" not in profile.variant_kinds:
+        return None
+    return int(profile.index([dense_variant(profile)] * profile.n_positions))
+
+
 def served_options(table: ProfileTable, task: str, accuracy_slo: float,
-                   placements: Sequence[Sequence[int]], n_processors: int) -> list[Option]:
+                   placements: Sequence[Sequence[int]], n_processors: int, *,
+                   min_gain: float = 0.0) -> list[Option]:
     """The options of ``task`` whose whole chain sits on one processor that computes some of
     its subgraphs differently from the evaluation processor, where the variant's metric was
     measured *as served* there (``TaskProfile.served_accuracy``, :mod:`sparseloom.profile.
@@ -179,7 +208,8 @@ def served_options(table: ProfileTable, task: str, accuracy_slo: float,
         served = profile.served_accuracy[:, placement[0]]
         rows = np.flatnonzero(np.nan_to_num(served, nan=-np.inf) >= accuracy_slo)
         options += [attrs.evolve(option, served_accuracy=float(served[option.row]))
-                    for option in task_options(profile, rows, [placement], n_processors)]
+                    for option in task_options(profile, rows, [placement], n_processors,
+                                               min_gain=min_gain)]
     return options
 
 
@@ -275,6 +305,16 @@ class LoadedPolicy(ProfilePolicy):
     #: Give a merged chain alone in its processor's queue, where the other processors' queues
     #: serve no task, a spare on their cores (``Plan.spares``; module doc).
     spare: bool = attrs.field(default=True, kw_only=True)
+    #: A compressed variant replaces the dense model (where the dense model meets the accuracy
+    #: SLO) only when its chain is estimated at least this share faster under the same
+    #: placement (module doc, *Worth its risk*); 0 takes any estimated gain.
+    min_gain: float = attrs.field(default=0.1, kw_only=True)
+
+    @min_gain.validator
+    def _check_min_gain(self, _: attrs.Attribute[float], value: float) -> None:
+        if not 0.0 <= value < 1.0:
+            raise PlanError(f"min_gain must lie in [0, 1) (a share of the dense model's "
+                            f"chain); got {value}")
 
     def decide(self, table: ProfileTable, slos: Mapping[str, SLO]) -> Plan:
         """Algorithm 1's order p*; then each task spans p* or sits on one of its processors."""
@@ -289,10 +329,12 @@ class LoadedPolicy(ProfilePolicy):
         for name in names:
             profile = table.task(name)
             rows = accuracy_rows(profile, slos[name])
-            served = served_options(table, name, slos[name].accuracy, placements, count)
+            served = served_options(table, name, slos[name].accuracy, placements, count,
+                                    min_gain=self.min_gain)
             if rows.size == 0 and not served:  # none meets it: the most accurate, never faster
                 rows = np.array([int(np.argmax(profile.accuracy()))])
-            options = task_options(profile, rows, placements, count) + served
+            options = task_options(profile, rows, placements, count,
+                                   min_gain=self.min_gain) + served
             if not options:
                 # Every accurate variant runs only where its arithmetic differs from the
                 # profile's: the most accurate variant that runs as measured somewhere.

@@ -6,6 +6,7 @@ import attrs
 import numpy as np
 import pytest
 
+from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO
 from sparseloom.plugins.policies.loaded import LoadedPolicy
 from sparseloom.plugins.policies.sparseloom import SparseLoomPolicy
@@ -269,3 +270,32 @@ def test_time_slicing_is_not_taken_where_it_misses_an_slo_the_queue_meets() -> N
                                                          "short": 0.1})
     assert sliced.spares == ("long",)
     assert all(sliced.feasible.values())
+
+
+@pytest.mark.parametrize(("variant_ms", "min_gain", "picked"), [
+    (4.9, 0.1, (0,)),   # 2% faster than dense: within the estimate's error, dense serves
+    (4.4, 0.1, (1,)),   # 12% faster: the variant serves
+    (4.9, 0.0, (1,)),   # the rule off: any estimated gain takes the variant
+])
+def test_a_variant_replaces_dense_only_when_estimated_clearly_faster(
+        variant_ms: float, min_gain: float, picked: tuple[int, ...]) -> None:
+    # S = 1, V = 2 on one processor: dense 5 ms, the variant as given, both accurate enough.
+    latency = np.array([[[5.0], [variant_ms]]])
+    table = ProfileTable("hand", ["a"], {"x": task_profile("x", latency, np.array([0.9, 0.9]))})
+    plan = LoadedPolicy(min_gain=min_gain).plan(["x"], table, ["a"], {"x": SLO(0.8, 100.0)})
+    assert plan.variants["x"].choices == picked
+
+
+def test_the_gain_rule_leaves_variants_alone_where_dense_misses_the_accuracy_slo() -> None:
+    # Dense (0.85) misses the SLO of 0.88: the only accurate variant serves, whatever its speed.
+    latency = np.array([[[5.0], [4.99], [4.0]]])
+    task = task_profile("x", latency, np.array([0.85, 0.9, 0.5]))
+    table = ProfileTable("hand", ["a"], {"x": task})
+    plan = LoadedPolicy().plan(["x"], table, ["a"], {"x": SLO(0.88, 100.0)})
+    assert plan.variants["x"].choices == (1,)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, 2.0])
+def test_min_gain_outside_its_range_is_refused(bad: float) -> None:
+    with pytest.raises(PlanError, match="min_gain must lie in"):
+        LoadedPolicy(min_gain=bad)
