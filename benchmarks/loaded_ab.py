@@ -98,7 +98,8 @@ def main() -> None:
     zoos = build_zoos(workload, progress=False)
     profile = build_profile(workload, zoos=zoos, progress=False,
                             processors=args.processor or None)
-    context = profile_context(workload, profile, zoos)
+    # As `sparseloom bench serve` judges: every pick through the paired gate (BenchOptions).
+    context = profile_context(workload, profile, zoos, paired_gate=BenchOptions().paired_gate)
     recorder = Recorder(None)
     contenders = select_contenders(["sparseloom-loaded", without.name])
     print(f"1-minute load before: {os.getloadavg()[0]:.2f}")
@@ -134,6 +135,13 @@ def main() -> None:
               f"  wide stages {sum(summary.wide_stages.values()):4d}  overflow stages "
               f"{sum(summary.overflow_stages.values()):4d}  switches "
               f"{summary.switches}  p90 ms {p90}  req/s {rates}")
+    if args.scenario in ("closed", "steady"):
+        from sparseloom.evaluation.serve_figures import dense_slos
+
+        for contender in contenders:  # what each served (the scenarios' SLOs)
+            picks = context.picks(dense_slos(context), contender.name)
+            print(f"{contender.name} picks: " + ", ".join(
+                f"{task} {'_'.join(map(str, pick))}" for task, pick in picks.items()))
     for (name, k), got in values.items():
         label = f"{name} k={k:g}" if args.scenario == "grid" else name
         print(f"{label}: median {np.median(got):.2f} [{min(got):.2f}-{max(got):.2f}] {figure} "

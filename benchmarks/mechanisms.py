@@ -257,8 +257,8 @@ def measure(mechanism: Mechanism, bench: Bench) -> dict[str, Any]:
 def _poisson_rate(bench: Bench, on: Any) -> float:
     """:data:`NEAR_CAPACITY` × sparseloom-loaded's closed-loop throughput per task (measured
     once here when no closed mechanism ran before)."""
-    from sparseloom.evaluation.contenders import serve_contender
     from sparseloom.evaluation.serve_figures import Recorder, dense_slos
+    from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
 
     if not bench.closed_rps:
@@ -301,7 +301,7 @@ def _poisson(bench: Bench, recorder: Any, pair: Sequence[Any], rate: float,
     """One Poisson run of each of ``pair`` per round, in ``bench serve``'s rotated order
     (with a foreign process spinning on each core of ``hog`` during each run)."""
     from sparseloom.core.types import rotated
-    from sparseloom.evaluation.contenders import serve_contender
+    from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
 
     for index in range(bench.rounds):

@@ -65,6 +65,8 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     context = profile_context(workload, profile, zoos, memory_budget=options.memory_budget,
                               tuning_queries=options.tuning_queries,
                               tuning_rounds=options.tuning_rounds,
+                              trial_queries=options.closed_queries,
+                              trial_min_s=options.closed_min_s,
                               choose_above=options.choose_above / 100,
                               paired_gate=options.paired_gate, progress=progress)
     processors = profile_processors(profile)

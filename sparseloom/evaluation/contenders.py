@@ -108,7 +108,13 @@ class ServeContext:
     #: Requests per task of each closed run that measures a tuned runtime's candidate.
     tuning_queries: int = 300
     #: Interleaved rounds of those runs; a candidate's latency is the median of its rounds.
+    #: Also the rounds of the layouts' trials (:mod:`~sparseloom.evaluation.tuned_layouts`).
     tuning_rounds: int = 1
+    #: Requests per task, at least, of each closed run that tries a tuned runtime's layout
+    #: with every task at once (:mod:`~sparseloom.evaluation.tuned_layouts`) ...
+    trial_queries: int = 100
+    #: ... and the seconds it lasts at least (``None``: no minimum): the closed scenario's.
+    trial_min_s: float | None = None
     #: Whether OpenVINO computes bf16 on this CPU (tuned runtimes then try it).
     bf16: bool = False
     #: Called with one line per measured candidate.
@@ -211,15 +217,52 @@ class ServeContext:
         """The tuned runtime ``name`` (``stock-tuned`` or ``picks-tuned``) under ``slos``.
 
         Each task's model (dense, or the pick) is measured in every configuration once per
-        benchmark (:mod:`sparseloom.evaluation.stock_tuned`); the choice and the partition
-        follow from the measurements and ``slos``. Each new configuration is listed in
-        :attr:`tunings`.
+        benchmark (:meth:`measure`); the best layouts that follow from the measurements and
+        ``slos`` are tried with every task at once and the fastest serves
+        (:mod:`sparseloom.evaluation.tuned_layouts`). Each new configuration is listed in
+        :attr:`tunings`, with its layouts' trials.
         """
+        from sparseloom.evaluation import stock_tuned, tuned_layouts
+        from sparseloom.runtime.kept import not_kept
+
+        stock = STOCK_RUNTIMES[name]
+        models, measured = self.measure(name, slos)
+        whole = {t: self.selection_accuracy(t, models[t]) for t in models}
+        candidates = tuned_layouts.layouts(name, measured, self.cores, stock.picks, slos, whole)
+        key = (name, tuple(models.items()), tuple(c.describe() for c in candidates))
+        if key not in self._tuned:
+            trial = LoadSpec("closed", queries=self.trial_queries,
+                             min_duration_s=self.trial_min_s, seed=0)
+            compressed = self.compressed_picks(slos) if stock.picks else None
+
+            def serve_together(candidate: Any) -> RunSummary:
+                return serve_stock(self.workload, self.zoos, candidate, trial, slos,
+                                   picks=compressed)
+
+            with not_kept():  # each layout is loaded once: never into the pool
+                tuned, tried = tuned_layouts.choose(candidates, serve_together,
+                                                    rounds=self.tuning_rounds,
+                                                    progress=self.progress)
+            self._tuned[key] = tuned
+            self.tunings.append({
+                "contender": name,
+                "picks": self.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None,
+                "configuration": tuned.describe(), "predicted_bottleneck_ms": tuned.makespan_ms,
+                "slos": {t: [s.accuracy, s.latency_ms] for t, s in slos.items()},
+                "measured": stock_tuned.tuning_table(measured, slos, whole),
+                "layouts": tried})
+        return self._tuned[key]
+
+    def measure(self, name: str, slos: Mapping[str, SLO]
+                ) -> tuple[dict[str, tuple[int, ...] | None], list[Any]]:
+        """Each task's model that the tuned runtime ``name`` serves under ``slos`` (``None``:
+        the dense model) and every configuration of it measured alone, measuring those not
+        measured yet in this benchmark (:func:`~sparseloom.evaluation.stock_tuned.
+        measure_candidates`)."""
         from sparseloom.evaluation import stock_tuned
         from sparseloom.runtime.kept import not_kept
 
         stock = STOCK_RUNTIMES[name]
-        picks = self.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None
         compressed = self.compressed_picks(slos) if stock.picks else None
         tasks = list(self.workload.task_names)
         models = {t: compressed.get(t) if compressed else None for t in tasks}
@@ -238,18 +281,7 @@ class ServeContext:
                 self._measured[task, models[task]] = stock_tuned.measure_candidates(
                     serve_alone, task, configs, self.cores, self.progress,
                     rounds=self.tuning_rounds)
-        measured = [m for t in tasks for m in self._measured[t, models[t]]]
-        whole = {t: self.selection_accuracy(t, models[t]) for t in tasks}
-        tuned = stock_tuned.tune(name, measured, self.cores, stock.picks, slos, whole)
-        key = (name, tuple(models.items()), tuned.describe())
-        if key not in self._tuned:
-            self._tuned[key] = tuned
-            self.tunings.append({
-                "contender": name, "picks": picks, "configuration": tuned.describe(),
-                "predicted_bottleneck_ms": tuned.makespan_ms,
-                "slos": {t: [s.accuracy, s.latency_ms] for t, s in slos.items()},
-                "measured": stock_tuned.tuning_table(measured, slos, whole)})
-        return self._tuned[key]
+        return models, [m for t in tasks for m in self._measured[t, models[t]]]
 
     def compressed_picks(self, slos: Mapping[str, SLO]) -> dict[str, tuple[int, ...]]:
         """What ``picks-tuned`` serves under ``slos``: the picks of :data:`TUNED_PICKS_POLICY`
@@ -278,7 +310,7 @@ class ServeContext:
         under ``slos`` (measuring them first if no contender has)."""
         from sparseloom.evaluation.stock_tuned import refusals
 
-        self.tuned("stock-tuned", slos)
+        self.measure("stock-tuned", slos)
         out = {}
         for task in self.workload.task_names:
             measured = self._measured[task, None]
@@ -344,67 +376,3 @@ def profile_context(workload: Any, profile: Any, zoos: Mapping[str, Any], **sett
 
 def _slo_key(slos: Mapping[str, SLO]) -> tuple[tuple[str, float, float], ...]:
     return tuple(sorted((t, s.accuracy, s.latency_ms) for t, s in slos.items()))
-
-
-def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
-                    slos: Mapping[str, SLO]) -> RunSummary:
-    """Serve ``context``'s workload with ``contender`` under ``spec`` and ``slos``."""
-    if contender.kind == "policy":
-        from sparseloom.runtime.session import RunConfig, serve
-
-        policy = contender.policy or contender.name
-        summary = serve(context.workload, context.profile_for(slos, policy),
-                        RunConfig(policy=policy, slos=context.choosing(slos), load=spec,
-                                  options=contender.options or RuntimeOptions(),
-                                  memory_budget=context.memory_budget,
-                                  # the context's table is gated already (profile_for)
-                                  paired_gate=False)).summary
-        return _with_judged_accuracy(context, summary, context.picks(slos, policy),
-                                     context.served_precisions(slos, policy), slos)
-    if contender.name not in STOCK_RUNTIMES:
-        raise ConfigError(f"unknown stock runtime {contender.name!r}")
-    stock = STOCK_RUNTIMES[contender.name]
-    from sparseloom.core.processors import openvino_precision
-
-    if stock.tuned:
-        picks = context.picks(slos, TUNED_PICKS_POLICY) if stock.picks else None
-        # Where requests queue, a task serves as many at once as it has cores.
-        tuned = attrs.evolve(context.tuned(stock.name, slos), queued=spec.kind == "poisson")
-        summary = serve_stock(context.workload, context.zoos, tuned, spec, slos,
-                              picks=context.compressed_picks(slos) if stock.picks else None)
-        precisions = {t: judged_precision(openvino_precision([tuned.processor(t)]))
-                      for t in summary_tasks(summary)}
-        return _with_judged_accuracy(context, summary, picks, precisions, slos)
-    picks = context.picks(slos) if stock.picks else None
-    summary = serve_stock(context.workload, context.zoos, stock, spec, slos,
-                          cores=context.cores, picks=picks, precision=context.precision)
-    precisions = {t: judged_precision(openvino_precision(
-        [stock.processor(t, context.cores, context.precision)])) for t in summary_tasks(summary)}
-    return _with_judged_accuracy(context, summary, picks, precisions, slos)
-
-
-def summary_tasks(summary: RunSummary) -> list[str]:
-    """The tasks a run summary reports."""
-    return [task.task for task in summary.tasks]
-
-
-def _with_judged_accuracy(context: ServeContext, summary: RunSummary,
-                          picks: Mapping[str, tuple[int, ...]] | None,
-                          precisions: Mapping[str, str], slos: Mapping[str, SLO]
-                          ) -> RunSummary:
-    """``summary`` with each task's accuracies of what it served: on the selection rows
-    (``accuracy_profile``: the zoo's record of dense, or the profile's of the pick) and as
-    judged on the held-out rows in the precision it was served in (``accuracy_judged``, on
-    the selection scale: :meth:`~sparseloom.evaluation.judging.Judged.judged_accuracy`) — so
-    every contender is judged by the same accuracies, whatever it measured while serving."""
-    tasks = []
-    for task in summary.tasks:
-        pick = picks.get(task.task) if picks is not None else None
-        dense = context.selection_accuracy(task.task, None)
-        judged = context.judged(task.task, pick, precisions[task.task],
-                                slos[task.task].accuracy)
-        tasks.append(attrs.evolve(
-            task, slo_accuracy=slos[task.task].accuracy,  # judged at the SLO, not above it
-            accuracy_profile=context.selection_accuracy(task.task, pick),
-            accuracy_judged=judged.judged_accuracy(dense)))
-    return attrs.evolve(summary, tasks=tuple(tasks))

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sparseloom.core.types import SLO, rotated
-from sparseloom.evaluation.contenders import Contender, ServeContext, serve_contender
+from sparseloom.evaluation.contenders import Contender, ServeContext
 from sparseloom.evaluation.serve_figures import (
     BenchOptions,
     Recorder,
@@ -23,6 +23,7 @@ from sparseloom.evaluation.serve_figures import (
     spread,
 )
 from sparseloom.evaluation.serve_scenarios import ACCURACY_TOLERANCE, judge_run, table
+from sparseloom.evaluation.serving import serve_contender
 from sparseloom.runtime.load import LoadSpec
 
 

@@ -213,6 +213,19 @@ def _tuning_lines(tunings: list[dict[str, Any]]) -> list[str]:
                          f"{row['threads']} | {_num(row['latency_ms'], 3)} | "
                          f"{_num(row['accuracy'], 4)} | "
                          f"{'yes' if row['usable'] else 'no: ' + row['reason']} |")
+        if tuning.get("layouts"):
+            lines += ["", "Its best layouts, each served with every task at once (closed runs "
+                          "in interleaved rounds); the fastest serves:", "",
+                      "| layout | predicted bottleneck (ms) | req/s per round | median | "
+                      "serves |", "|---|---|---|---|---|"]
+            for layout in tuning["layouts"]:
+                rounds = ", ".join(f"{x:.0f}" for x in layout["throughput_rps"])
+                lines.append(
+                    f"| {layout['configuration']} | "
+                    f"{_num(layout['predicted_bottleneck_ms'], 3)} | {rounds or '—'} | "
+                    f"{_num(layout['median_rps'], 1)} | "
+                    + ("yes" if layout["configuration"] == tuning["configuration"] else
+                       "no" + (f": {layout['failure']}" if layout["failure"] else "")) + " |")
     return lines
 
 

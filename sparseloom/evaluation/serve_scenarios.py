@@ -18,7 +18,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import SLO, rotated
-from sparseloom.evaluation.contenders import Contender, ServeContext, serve_contender
+from sparseloom.evaluation.contenders import Contender, ServeContext
 from sparseloom.evaluation.serve_figures import (
     HEADLINE_CLOSED,
     BenchOptions,
@@ -31,6 +31,7 @@ from sparseloom.evaluation.serve_figures import (
     ratios_per_round,
     spread,
 )
+from sparseloom.evaluation.serving import serve_contender
 from sparseloom.runtime.load import LoadSpec
 
 #: How far under an accuracy SLO a served accuracy may fall and still meet it (float noise).

@@ -190,27 +190,35 @@ def core_sets(cores: Sequence[int]) -> list[tuple[int, ...]]:
             for end in range(start + 1, len(ordered) + 1)]
 
 
-def best_partition(latency: Mapping[str, Mapping[int, float]], cores: Sequence[int]
+def best_partition(latency: Mapping[str, Mapping[int, float]], cores: Sequence[int], *,
+                   fixed: Mapping[str, tuple[int, ...]] | None = None
                    ) -> tuple[dict[str, tuple[int, ...]], float]:
     """Each task's core set minimising the busiest core's summed latency, and that sum.
 
     :param latency: per task, its best hot latency (ms) by thread count; a task may lack
         some counts (no configuration with that many threads was usable).
     :param cores: the cores to partition.
-    :raises EvaluationError: a task with no usable thread count on these cores.
+    :param fixed: tasks whose core set is given (each a contiguous run of ``cores`` with a
+        usable thread count); the others' are searched.
+    :raises EvaluationError: a task with no usable thread count on these cores, or a fixed
+        set it cannot use.
 
     Exact: a depth-first search over every task's contiguous core sets, slowest task first,
     cut where the partial bottleneck already reaches the best found; ties go to the least
     total core time (Σ latency × cores), then to the first found.
     """
     sets = core_sets(cores)
+    fixed = fixed or {}
     options: dict[str, list[tuple[tuple[int, ...], float]]] = {}
     for task, by_threads in latency.items():
         fitting = [(s, by_threads[len(s)]) for s in sets
-                   if math.isfinite(by_threads.get(len(s), math.nan))]
+                   if math.isfinite(by_threads.get(len(s), math.nan))
+                   and (task not in fixed or s == fixed[task])]
         if not fitting:
-            raise EvaluationError(f"task {task!r} has no usable configuration on cores "
-                                  f"{list(cores)}: every one measured failed")
+            raise EvaluationError(
+                f"task {task!r} has no usable configuration on cores "
+                + (f"{list(fixed[task])} (fixed)" if task in fixed else
+                   f"{list(cores)}: every one measured failed"))
         options[task] = sorted(fitting, key=lambda item: item[1] * len(item[0]))
     order = sorted(options, key=lambda t: -min(ms for _, ms in options[t]))
     best: list[Any] = [math.inf, math.inf, None]  # bottleneck, core time, assignment
@@ -288,8 +296,7 @@ def _serve_once(serve_alone: Callable[[str, Choice], Any], task: str, config: Co
         summary = serve_alone(task, choice)
         result = next(r for r in summary.tasks if r.task == task)
         latency, accuracy = float(result.latency.p50_ms), float(result.accuracy_measured)
-        # A median needs no p99: a short run is fine; lost or failed requests are not.
-        broken = [r for r in summary.reasons if not r.startswith("too few requests")]
+        broken = broken_reasons(summary)
         if result.failed or not result.completed:
             broken.insert(0, f"{result.failed} of {result.submitted} request(s) failed")
         return latency, accuracy, "invalid run: " + "; ".join(broken) if broken else ""
@@ -297,6 +304,13 @@ def _serve_once(serve_alone: Callable[[str, Choice], Any], task: str, config: Co
         raise
     except Exception as error:  # reported with the configuration, never used
         return math.nan, math.nan, f"failed: {type(error).__name__}: {error}"
+
+
+def broken_reasons(summary: Any) -> list[str]:
+    """Why a run's figures do not count: its summary's reasons, less "too few requests" (a
+    median or a throughput needs no p99: a short run is fine; lost or failed requests are
+    not)."""
+    return [r for r in summary.reasons if not r.startswith("too few requests")]
 
 
 def refusals(measured: Sequence[Measured], slos: Mapping[str, SLO],
@@ -312,11 +326,12 @@ def refusals(measured: Sequence[Measured], slos: Mapping[str, SLO],
 
 
 def tune(name: str, measured: Sequence[Measured], cores: Sequence[int], picks: bool,
-         slos: Mapping[str, SLO], whole: Mapping[str, float]) -> TunedRuntime:
+         slos: Mapping[str, SLO], whole: Mapping[str, float], *,
+         fixed: Mapping[str, tuple[int, ...]] | None = None) -> TunedRuntime:
     """The tuned runtime from ``measured``: per task and thread count its fastest
     configuration that may serve it under ``slos`` (:func:`refusals`; ``whole``: each task's
     model's f32 accuracy on the whole eval set), the cores partitioned by
-    :func:`best_partition`.
+    :func:`best_partition` (``fixed``: the core sets of some tasks, given).
 
     :raises EvaluationError: a task none of whose configurations may serve it.
     """
@@ -335,7 +350,7 @@ def tune(name: str, measured: Sequence[Measured], cores: Sequence[int], picks: b
                               f"{', '.join(missing)}: each failed or served below the task's "
                               f"accuracy SLO (the report's tuning table says which)")
     latency = {t: {n: m.latency_ms for n, m in fastest[t].items()} for t in tasks}
-    partition, makespan = best_partition(latency, cores)
+    partition, makespan = best_partition(latency, cores, fixed=fixed)
     choices = {}
     for task in tasks:
         chosen, one = fastest[task][len(partition[task])], fastest[task].get(1)

@@ -34,8 +34,8 @@ class Option:
         uses: whether the chain runs on each processor, (P,).
         longest_stage_ms: the longest single stage of the chain.
         served_accuracy: the metric measured for ``row`` served on ``placement``'s processor
-            (``served_options`` of :mod:`sparseloom.plugins.policies.loaded`); ``None`` for an
-            option read from the faithful profile.
+            (``served_options`` of :mod:`sparseloom.plugins.policies.loaded_options`);
+            ``None`` for an option read from the faithful profile.
     """
 
     row: int

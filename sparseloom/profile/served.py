@@ -19,7 +19,7 @@ keeps them: a variant is never measured twice). The result is
 ``TaskProfile.served_accuracy`` (V**S, P), NaN where not measured.
 
 ``sparseloom-loaded`` may then keep a task's whole chain on ``p`` with one of those variants,
-judged by its served accuracy (:func:`sparseloom.plugins.policies.loaded.served_options`);
+judged by its served accuracy (:func:`sparseloom.plugins.policies.loaded_options.served_options`);
 every other placement, and every other policy, still obeys the numerics check. Mixed chains
 (some positions on ``p``, some elsewhere) are not measured: their number grows as P**S.
 """

@@ -380,7 +380,8 @@ def test_a_row_without_figures_says_whether_its_runs_failed_or_lost_accuracy() -
 def test_a_policy_contender_may_serve_another_policy_with_its_own_runtime_settings(
         context: ServeContext) -> None:
     from sparseloom.core.types import SLO
-    from sparseloom.evaluation.contenders import Contender, serve_contender
+    from sparseloom.evaluation.contenders import Contender
+    from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
     from sparseloom.runtime.options import RuntimeOptions
 
@@ -399,8 +400,8 @@ def test_policy_contenders_serve_within_the_benchmarks_memory_budget(
         context: ServeContext) -> None:
     import attrs
 
-    from sparseloom.evaluation.contenders import serve_contender
     from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
 
     slos = dense_slos(context, {t: 1e3 for t in context.workload.task_names})

@@ -158,8 +158,9 @@ def tiny_context() -> Any:
 
 def test_stock_tuned_is_measured_on_the_machine_and_serves_its_choice(tiny_context: Any
                                                                       ) -> None:
-    from sparseloom.evaluation.contenders import Contender, serve_contender
+    from sparseloom.evaluation.contenders import Contender
     from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
 
     context = tiny_context
@@ -185,7 +186,17 @@ def test_stock_tuned_is_measured_on_the_machine_and_serves_its_choice(tiny_conte
             by_threads = fastest.setdefault(row["task"], {})
             by_threads[row["threads"]] = min(by_threads.get(row["threads"], math.inf),
                                              row["latency_ms"])
-    assert tuned.makespan_ms == pytest.approx(brute_force(fastest, context.cores)[0])
+    # The search's optimum is the first layout tried; each was served with every task at
+    # once in three interleaved rounds, and the one with the highest median serves.
+    layouts = tuning["layouts"]
+    assert layouts[0]["predicted_bottleneck_ms"] == pytest.approx(
+        brute_force(fastest, context.cores)[0])
+    assert len({row["configuration"] for row in layouts}) == len(layouts) > 1
+    for row in layouts:
+        assert not row["failure"] and len(row["throughput_rps"]) == 3
+        assert row["median_rps"] == sorted(row["throughput_rps"])[1]
+    served = max(layouts, key=lambda row: row["median_rps"])
+    assert tuned.describe() == served["configuration"] == tuning["configuration"]
     for task, choice in tuned.choices.items():
         assert set(choice.cores) <= set(context.cores)
         assert choice.latency_ms == fastest[task][len(choice.cores)]
@@ -304,13 +315,9 @@ def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context
 
 def test_a_dense_pick_is_served_and_measured_as_stock_tuned_serves_dense(tiny_context: Any
                                                                        ) -> None:
-    from sparseloom.evaluation.contenders import (
-        TUNED_PICKS_POLICY,
-        Contender,
-        _slo_key,
-        serve_contender,
-    )
+    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, Contender, _slo_key
     from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
 
     context = tiny_context
