@@ -318,6 +318,7 @@ def test_a_dense_pick_is_served_and_measured_as_stock_tuned_serves_dense(tiny_co
     from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, Contender, _slo_key
     from sparseloom.evaluation.serve_figures import dense_slos
     from sparseloom.evaluation.serving import serve_contender
+    from sparseloom.evaluation.tuned_layouts import layouts
     from sparseloom.runtime.load import LoadSpec
 
     context = tiny_context
@@ -333,10 +334,15 @@ def test_a_dense_pick_is_served_and_measured_as_stock_tuned_serves_dense(tiny_co
     stock = context.tuned("stock-tuned", slos)
     measured = dict(context.measured_alone())
     picked = context.tuned("picks-tuned", slos)
-    # Nothing measured again: the dense model's figures serve both, and so does the choice.
+    # Nothing measured again: the dense model's figures serve both, so both chose among the
+    # same layouts (each by its own trial runs).
     assert context.measured_alone() == measured
     assert ("tiny", (0,) * table.n_positions) not in measured
-    assert picked.choices == stock.choices and picked.picks
+    models, shared = context.measure("picks-tuned", slos)
+    assert models == {"tiny": None} and context.measured_alone() == measured
+    whole = {"tiny": context.selection_accuracy("tiny", None)}
+    options = [c.choices for c in layouts("picks-tuned", shared, context.cores, True, slos, whole)]
+    assert picked.choices in options and stock.choices in options and picked.picks
     summary = serve_contender(context, Contender("picks-tuned", "stock"),
                               LoadSpec("closed", queries=100), slos)
     assert summary.valid, summary.reasons
