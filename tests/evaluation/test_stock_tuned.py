@@ -264,23 +264,31 @@ def test_the_steady_state_keeps_every_task_asking_and_reports_stp_and_antt(
                                             / rates["stock-ort-matched"]["tiny"]["median"])
 
 
+def _set_pick(context: Any, below_dense: float, pick: tuple[int, ...]) -> dict[str, SLO]:
+    """SLOs of a test's own (the context caches picks and tunings by SLOs: each test's
+    ``below_dense`` differs), with the pick picks-tuned serves under them set to ``pick``."""
+    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, _slo_key
+    from sparseloom.evaluation.serve_figures import dense_slos
+
+    slos = {t: SLO(max(s.accuracy - below_dense, 0.0), s.latency_ms)
+            for t, s in dense_slos(context).items()}
+    context.picks(slos, TUNED_PICKS_POLICY)  # (planned, then replaced)
+    context._picks[TUNED_PICKS_POLICY, _slo_key(slos)] = {"tiny": pick}
+    return slos
+
+
 def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context: Any
                                                                     ) -> None:
-    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, _slo_key
     from sparseloom.evaluation.pick_speedup import pick_speedups, render_pick_speedups
-    from sparseloom.evaluation.serve_figures import dense_slos
     from sparseloom.runtime.session import profile_processors
 
     context = tiny_context
-    # Under SLOs of its own, the pick picks-tuned serves is set here (sparseloom-loaded picks
-    # tiny's dense chain, fastest merged): structured-0.5 at both positions.
-    loose = {t: SLO(max(s.accuracy - 0.3, 0.0), s.latency_ms)
-             for t, s in dense_slos(context).items()}
+    # The pick picks-tuned serves is set here (sparseloom-loaded picks tiny's dense chain,
+    # fastest merged): structured-0.5 at both positions.
     table = context.profile.task("tiny")
     structured = table.variant_names.index("structured-0.5")
     pick = (structured,) * table.n_positions
-    context.picks(loose, TUNED_PICKS_POLICY)  # (planned, then replaced)
-    context._picks[TUNED_PICKS_POLICY, _slo_key(loose)] = {"tiny": pick}
+    loose = _set_pick(context, 0.3, pick)
     context.tuned("stock-tuned", loose)
     context.tuned("picks-tuned", loose)
     processors = profile_processors(context.profile)
@@ -315,21 +323,16 @@ def test_each_pick_s_predicted_speedup_is_set_beside_the_served_one(tiny_context
 
 def test_a_dense_pick_is_served_and_measured_as_stock_tuned_serves_dense(tiny_context: Any
                                                                        ) -> None:
-    from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, Contender, _slo_key
-    from sparseloom.evaluation.serve_figures import dense_slos
+    from sparseloom.evaluation.contenders import Contender
     from sparseloom.evaluation.serving import serve_contender
     from sparseloom.evaluation.tuned_layouts import layouts
     from sparseloom.runtime.load import LoadSpec
 
     context = tiny_context
-    # SLOs of this test's own (the context caches picks and tunings by SLOs), under which
-    # sparseloom-loaded's pick is set to the dense model at both positions.
-    slos = {t: SLO(max(s.accuracy - 0.25, 0.0), s.latency_ms)
-            for t, s in dense_slos(context).items()}
+    # The pick picks-tuned serves is set to the dense model at both positions.
     table = context.profile.task("tiny")
     assert table.variant_kinds[0] == "dense"
-    context.picks(slos, TUNED_PICKS_POLICY)  # (planned, then replaced)
-    context._picks[TUNED_PICKS_POLICY, _slo_key(slos)] = {"tiny": (0,) * table.n_positions}
+    slos = _set_pick(context, 0.25, (0,) * table.n_positions)
     assert context.compressed_picks(slos) == {}
     stock = context.tuned("stock-tuned", slos)
     measured = dict(context.measured_alone())
