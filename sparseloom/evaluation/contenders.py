@@ -290,14 +290,18 @@ class ServeContext:
         differ only where a variant does (measured twice, the same model in the same
         configuration read 0.134 and 0.220 ms in one benchmark and moved its task to
         another runtime; AMD EPYC Zen 4, 2026-12-07)."""
+        return self.without_dense(self.picks(slos, TUNED_PICKS_POLICY))
+
+    def without_dense(self, picks: Mapping[str, tuple[int, ...]]
+                      ) -> dict[str, tuple[int, ...]]:
+        """``picks`` less those that are the dense model at every position."""
         from sparseloom.plugins.policies.baselines import dense_variant
 
         def dense(task: str, pick: Sequence[int]) -> bool:
             table = self.profile.task(task)
             return list(pick) == [dense_variant(table)] * table.n_positions
 
-        return {t: p for t, p in self.picks(slos, TUNED_PICKS_POLICY).items()
-                if not dense(t, p)}
+        return {t: p for t, p in picks.items() if not dense(t, p)}
 
     def measured_alone(self) -> dict[tuple[str, tuple[int, ...] | None], list[Any]]:
         """Every model a tuned runtime measured alone, by (task, pick; ``None``: dense): its

@@ -152,6 +152,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         if result.get("task_rates"):
             lines += _task_rate_lines(scenario, result)
         lines += ["", *_ratio_lines(scenario, result), *_factor_lines(result.get("factors"))]
+        if result.get("bounds"):
+            from sparseloom.evaluation.closed_bound import render_bounds
+
+            lines += render_bounds(result["bounds"])
         if result.get("simulated"):
             from sparseloom.evaluation.sim_check import render_simulated
 

@@ -18,6 +18,7 @@ import attrs
 import numpy as np
 
 from sparseloom.core.types import SLO, rotated
+from sparseloom.evaluation.closed_bound import closed_bounds
 from sparseloom.evaluation.contenders import Contender, ServeContext
 from sparseloom.evaluation.serve_figures import (
     HEADLINE_CLOSED,
@@ -74,12 +75,15 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
     :attr:`~sparseloom.runtime.summary.TaskResult.own_throughput_rps`) per contender
     (``task_rates``), and per sparseloom policy and round its lowest task rate ÷ that task's
     rate under the round's fastest stock runtime (``worst_task``): a policy that wins the
-    makespan by making one task wait shows there.
+    makespan by making one task wait shows there. And the makespan's floor the served models
+    set (``bounds``, :mod:`~sparseloom.evaluation.closed_bound`): each contender's share of
+    it, and each policy's ceiling against the best stock runtime.
     """
     slos = dense_slos(context)
     values: dict[str, dict[int, float]] = {}
     equal: dict[str, dict[int, float]] = {}
     rates: dict[str, dict[int, dict[str, float]]] = {}
+    completed: dict[str, dict[int, dict[str, int]]] = {}
     for round_index in range(options.rounds):
         spec = LoadSpec("closed", queries=options.closed_queries,
                         min_duration_s=options.closed_min_s, seed=options.seed + round_index)
@@ -94,6 +98,8 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
                         run["figures"]["throughput_rps"]
                     rates.setdefault(contender.name, {})[round_index] = {
                         t.task: float(t.own_throughput_rps) for t in run["summary"].tasks}
+                    completed.setdefault(contender.name, {})[round_index] = {
+                        t.task: t.completed for t in run["summary"].tasks}
     return {"figure": "throughput_rps", "unit": "requests/s",
             "run_length": run_length(options),
             "slos": {t: [s.accuracy, None] for t, s in slos.items()},
@@ -103,7 +109,8 @@ def closed(context: ServeContext, contenders: Sequence[Contender], options: Benc
             "ratios_by_policy": family_ratios(equal, contenders),
             "factors": factors(equal, contenders),
             "task_rates": task_rates(rates),
-            "worst_task": _worst_task(equal, rates, contenders)}
+            "worst_task": _worst_task(equal, rates, contenders),
+            "bounds": closed_bounds(context, contenders, slos, equal, completed)}
 
 
 def steady(context: ServeContext, contenders: Sequence[Contender], options: BenchOptions,

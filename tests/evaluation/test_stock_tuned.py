@@ -350,3 +350,29 @@ def test_a_dense_pick_is_served_and_measured_as_stock_tuned_serves_dense(tiny_co
                               LoadSpec("closed", queries=100), slos)
     assert summary.valid, summary.reasons
     assert [t.completed for t in summary.tasks] == [100]
+
+
+def test_the_closed_scenario_bounds_each_contender_by_the_models_it_served(
+        tiny_context: Any) -> None:
+    from sparseloom.evaluation.contenders import select_contenders
+    from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
+    from sparseloom.evaluation.serve_scenarios import closed
+    from sparseloom.runtime.kept import keep_loaded
+
+    names = ["sparseloom-loaded", "stock-tuned", "picks-tuned", "stock-ort"]
+    recorder = Recorder()
+    with keep_loaded():
+        result = closed(tiny_context, select_contenders(names),
+                        BenchOptions(rounds=1, closed_queries=200, closed_min_s=None), recorder)
+    bounds = result["bounds"]
+    # stock-ort serves the dense model too, measured alone by stock-tuned: it has a bound.
+    assert set(bounds["contenders"]) == set(names) and not bounds["unmeasured"]
+    for name, row in bounds["contenders"].items():
+        assert row["bound_rps"]["n"] == row["share"]["n"] == 1
+        # One task, one request in flight: the run goes at about 1 ÷ its latency, and the
+        # bound is 1 ÷ the fastest latency measured alone, so the share is near 1 or under
+        # (a bound in the wrong unit or over the wrong cores is off by 1000× or 2×).
+        assert 0.1 < row["share"]["median"] < 1.6, (name, row)
+    ceiling = bounds["ceiling"]["sparseloom-loaded"]
+    assert ceiling["n"] == 1 and ceiling["median"] > 0
+    assert bounds["variant_ceiling"]["n"] == 1 and bounds["variant_ceiling"]["median"] > 0
