@@ -90,7 +90,10 @@ def _number(value: float, digits: int) -> str:
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """The report of :func:`~sparseloom.evaluation.compressor_bench.bench_compressors` as
-    Markdown: the conditions, one table per task, and its front lines."""
+    Markdown: the conditions, one table per task, its front lines and its fastest stitched
+    variants within a point."""
+    from sparseloom.evaluation.stitched_front import render_stitched
+
     machine = report["machine"]
     load = report["load_before_first_round"]
     lines = [f"# What each compressor buys: {report['workload']}", "",
@@ -127,7 +130,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 f"{_number(row['speedup_min'], 2)}–{_number(row['speedup_max'], 2)} | "
                 f"{row['rounds']} | {row['accuracy_dense']:.4f} | "
                 f"{row['accuracy_variant']:.4f} | {row['drop_points']:+.2f} |")
-        lines += ["", *front_lines(task)]
+        lines += ["", *front_lines(task), *render_stitched(task)]
     return "\n".join(lines) + "\n"
 
 

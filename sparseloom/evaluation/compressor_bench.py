@@ -256,19 +256,14 @@ def _time_slots(times: RoundTimes, hot: Mapping[tuple[int, int, int], Any], thre
 def judge_variants(zoo: Any, task: Any) -> tuple[dict[tuple[int, ...], float], int]:
     """The metric on ``task``'s judging rows of dense, of every variant at one position (dense
     elsewhere) and of every variant at every position; and how many judging rows there are."""
-    from sparseloom.zoo.stitch import run_stitched
+    from sparseloom.evaluation.stitched_front import score_choices
 
-    judging = task.judging()
     positions, variants = zoo.positions, len(zoo.variants)
     wanted = [(0,) * positions]
     wanted += [tuple(v if k == j else 0 for k in range(positions))
                for j in range(positions) for v in range(1, variants)]
     wanted += [(v,) * positions for v in range(1, variants)]
-    scores = {}
-    for choices in dict.fromkeys(wanted):
-        outputs = run_stitched(zoo, choices, judging.eval_inputs, "ort:CPU")
-        scores[choices] = float(judging.score(outputs))
-    return scores, judging.num_eval
+    return score_choices(zoo, task, wanted), task.judging().num_eval
 
 
 def _row(task: str, position: int | None, info: Any, processor: str, dense: Sequence[float],
@@ -350,6 +345,7 @@ def bench_compressors(workload: Any, profile: Any, zoos: Mapping[str, Any], *,
     report. The 1-minute load average before each task's first round is recorded, and one
     above :data:`~sparseloom.evaluation.serve_figures.QUIET_LOAD` is warned about (the
     report is then not ``quiet``)."""
+    from sparseloom.evaluation import stitched_front
     from sparseloom.evaluation.bench_serve import machine
     from sparseloom.evaluation.serve_figures import QUIET_LOAD
     from sparseloom.runtime.session import profile_processors
@@ -375,11 +371,13 @@ def bench_compressors(workload: Any, profile: Any, zoos: Mapping[str, Any], *,
         rows = rows_of_task(task.name, zoo, names, times, scores, judging_rows)
         if progress:
             _progress_rows(rows, progress)
+        stitched = stitched_front.stitched(task, zoo, names, times, rows, scores,
+                                           judging_rows, progress)
         report["tasks"].append({
             "task": task.name, "metric": zoo.metric_name, "positions": zoo.positions,
             "judging_rows": judging_rows, "load_before": times.load_before,
             "foreign_cores": times.foreign_cores,
-            "rows": [attrs.asdict(r) for r in rows], **front_summary(rows)})
+            "rows": [attrs.asdict(r) for r in rows], **front_summary(rows), **stitched})
     loads = [t["load_before"] for t in report["tasks"] if t["load_before"] is not None]
     report["load_before_first_round"] = loads[0] if loads else None
     report["quiet"] = bool(loads) and max(loads) <= QUIET_LOAD

@@ -219,3 +219,33 @@ def test_the_cli_refuses_an_unknown_task_before_profiling(
     assert main(["bench", "compressors", "tiny", "--task", "nosuch"]) == 1
     err = capsys.readouterr().err
     assert "'nosuch'" in err and "has tasks tiny" in err and "round" not in err
+
+
+def test_a_real_run_times_each_stitched_variant_as_its_whole_model_rows(
+        quick_run: Any) -> None:
+    report, markdown, _ = quick_run
+    (task,) = report["tasks"]
+    rows = task["stitched"]
+    assert rows and all(any(r["choices"]) for r in rows)
+    whole = {(r["variant"], r["processor"]): r for r in task["rows"] if r["position"] is None}
+    names = {r["variant"] for r in task["rows"]}
+    for row in rows:
+        assert set(row["names"]) <= names
+        if len(set(row["choices"])) == 1:  # one variant at every position
+            same = whole[row["names"][0], row["processor"]]
+            assert row["speedup_median"] == pytest.approx(same["speedup_median"])
+            assert row["drop_points"] == pytest.approx(same["drop_points"])
+    best = task["fastest_within"]
+    # Each variant counts on the processor where it runs fastest.
+    serving = {}
+    for row in rows:
+        key = tuple(row["choices"])
+        if key not in serving or row["variant_ms"] < serving[key]["variant_ms"]:
+            serving[key] = row
+    within = [r for r in serving.values() if r["drop_points"] <= 1.0]
+    if best is None:
+        assert not within and "does not exist" in markdown
+    else:
+        assert best["drop_points"] <= 1.0 and best in within
+        assert best["speedup_median"] == max(r["speedup_median"] for r in within)
+        assert "**tiny: the fastest variant within 1 point** is `" in markdown
