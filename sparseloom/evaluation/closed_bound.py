@@ -131,9 +131,13 @@ def closed_bounds(context: ServeContext, contenders: Sequence[Contender],
     """The closed scenario's bounds: per contender with every model measured alone, its
     bound and share per round (median and spread), and per sparseloom policy its ceiling
     against the round's best stock runtime. ``measured[name][round]`` is a run's throughput
-    at equal accuracy and ``completed[name][round]`` its requests per task."""
+    at equal accuracy and ``completed[name][round]`` its requests per task. Without a tuned
+    stock runtime among ``contenders`` nothing was measured alone, and nothing is bounded."""
     bounds: dict[str, dict[int, float]] = {}
-    unmeasured = []
+    unmeasured: list[str] = []
+    if not context.measured_alone():  # no tuned runtime among them: nothing to bound with
+        return {"contenders": {}, "ceiling": {}, "variant_ceiling": spread([]),
+                "unmeasured": [c.name for c in contenders]}
     for contender in contenders:
         costs = costs_of(context, served_models(context, contender, slos), slos)
         if costs is None:
