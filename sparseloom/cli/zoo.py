@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 
 from sparseloom.cli.output import echo_json, echo_table, ensure_output_dir
@@ -227,7 +228,7 @@ def pareto_command(
 ) -> None:
     """Accuracy vs summed per-subgraph latency of originals and stitched variants (PNG + CSV)."""
     from sparseloom.zoo.build import build_zoo
-    from sparseloom.zoo.pareto import ParetoOptions, pareto_analysis
+    from sparseloom.zoo.pareto import ParetoOptions, fastest_within, pareto_analysis
 
     folder = ensure_output_dir(out_dir, "--out")  # before minutes of measuring, not after
     loaded = _workload(workload, (task_name,))
@@ -242,13 +243,16 @@ def pareto_command(
     else:
         placement = [processors[j % len(processors)] for j in range(count)]
     zoo = build_zoo(task, _options(loaded, subgraphs, variants))
-    result = pareto_analysis(zoo, task, placement,
-                             ParetoOptions(sample=sample, seed=seed, runs=runs), progress=True)
+    options = ParetoOptions(sample=sample, seed=seed, runs=runs)
+    result = pareto_analysis(zoo, task, placement, options, progress=True)
+    best = fastest_within(zoo, task, result, processor=options.evaluation_processor)
     csv_path = folder / f"pareto-{task.name}.csv"
     png_path = folder / f"pareto-{task.name}.png"
     write_pareto_csv(result, zoo, csv_path)
     plot_pareto(result, zoo, png_path)
-    summary = {**result.summary(), "csv": str(csv_path), "png": str(png_path)}
+    summary = {**result.summary(), "csv": str(csv_path), "png": str(png_path),
+               "fastest_within_1_point": (
+                   {**attrs.asdict(best), "speedup": best.speedup} if best else None)}
     if as_json:
         echo_json(summary)
         return
@@ -263,7 +267,24 @@ def pareto_command(
     click.echo(f"  not dominated by any original: {summary['beyond_front']} "
                f"({summary['beyond_front_fraction']:.1%}); on the joint front: "
                f"{summary['front_stitched']} of {summary['front_size']}")
+    click.echo(f"  {fastest_within_line(best, zoo)}")
     click.echo(f"  wrote {png_path} and {csv_path}")
+
+
+def fastest_within_line(best: Any, zoo: Any) -> str:
+    """The Pareto step's line on the fastest variant within 1 point of dense on held-out rows
+    (:func:`~sparseloom.zoo.pareto.fastest_within`)."""
+    from sparseloom.zoo.pareto import JUDGED_FASTEST
+
+    if best is None:
+        return (f"fastest within 1 point of dense on held-out rows: none (no rows held out, or "
+                f"none of the {JUDGED_FASTEST} fastest within it on selection is within it "
+                f"there)")
+    names = " | ".join(zoo.variants[c].name for c in best.choices)
+    return (f"fastest within 1 point of dense on {best.judging_rows} held-out rows: "
+            f"{','.join(map(str, best.choices))} ({names}), x{best.speedup:.2f} "
+            f"({best.latency_ms:.3f} against {best.dense_latency_ms:.3f} ms summed), "
+            f"{best.drop_points:+.2f} pt")
 
 
 def write_pareto_csv(result: Any, zoo: Any, path: Path) -> None:

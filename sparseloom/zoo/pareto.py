@@ -7,6 +7,8 @@ variants (exactly, with prefix sharing), takes each variant's latency as the sum
 subgraphs' latencies, and counts the stitched variants that lie beyond the originals:
 above the best original metric, below the fastest original latency, or not dominated by any
 original (no original is at least as accurate *and* at least as fast).
+:func:`fastest_within` finds, among the measured variants, the fastest within a margin of
+dense on the task's held-out rows.
 """
 
 from __future__ import annotations
@@ -293,3 +295,68 @@ def pareto_analysis(
         below_fastest_latency=below, beyond_front=beyond,
         evaluation_passes=report.passes, naive_passes=report.naive_passes,
     )
+
+
+#: How many of the fastest variants within the margin on the selection rows are judged on
+#: the held-out rows by :func:`fastest_within`.
+JUDGED_FASTEST = 8
+
+
+@attrs.frozen
+class FastestWithin:
+    """The fastest measured variant within a margin of dense on the task's held-out rows.
+
+    Attributes:
+        choices: its variant at each position.
+        latency_ms, dense_latency_ms: its summed latency and the dense model's.
+        drop_points: ``100 × (dense − it)`` on the held-out rows.
+        judging_rows: how many held-out rows.
+        judged: how many variants were judged on them to find it.
+    """
+
+    choices: tuple[int, ...] = attrs.field(converter=as_tuple)
+    latency_ms: float
+    dense_latency_ms: float
+    drop_points: float
+    judging_rows: int
+    judged: int
+
+    @property
+    def speedup(self) -> float:
+        """Dense's summed latency ÷ its own."""
+        return self.dense_latency_ms / self.latency_ms
+
+
+def fastest_within(zoo: Zoo, task: Any, result: ParetoResult, margin_points: float = 1.0,
+                   *, judged: int = JUDGED_FASTEST, processor: str = "ort:CPU"
+                   ) -> FastestWithin | None:
+    """The fastest variant of ``result`` (an original or a stitched one) within
+    ``margin_points`` of dense on ``task``'s held-out rows (``task.judging()``: rows its
+    selection never saw): the variants within the margin on the selection rows (the
+    analysis' metrics), fastest first, are judged there one by one, at most ``judged`` of
+    them, and the first within the margin is it. ``None`` when the task holds no rows out or
+    none judged is within.
+    """
+    from sparseloom.zoo.stitch import run_stitched
+
+    if getattr(task, "held_out", None) is None:
+        return None
+    judging = task.judging()
+    dense = result.points[0]  # the first original: dense at every position
+
+    def held_out(choices: tuple[int, ...]) -> float:
+        return float(judging.score(run_stitched(zoo, choices, judging.eval_inputs, processor)))
+
+    candidates = sorted((p for p in result.points[1:]
+                         if p.metric >= dense.metric - margin_points / 100
+                         and p.latency_ms < dense.latency_ms),
+                        key=lambda p: p.latency_ms)[:judged]
+    if not candidates:
+        return None
+    reference = held_out(dense.choices)
+    for count, point in enumerate(candidates, start=1):
+        drop = 100.0 * (reference - held_out(point.choices))
+        if drop <= margin_points:
+            return FastestWithin(point.choices, point.latency_ms, dense.latency_ms, drop,
+                                 judging.num_eval, count)
+    return None

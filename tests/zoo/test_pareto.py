@@ -99,15 +99,20 @@ def test_bad_options_are_config_errors(field: str) -> None:
         ParetoOptions(**{field: -1})
 
 
+def _with_set_latencies(zoo: Any, task: Any) -> tuple[np.ndarray, Any]:
+    """Every subgraph 1 ms, but variant 9 is 10 ms at position 0 and 0.01 ms at position 1:
+    originals take 2 ms (10.01 ms for variant 9), a stitched (a, 9) with a ≠ 9 takes 1.01 ms.
+    The latencies and the analysis of every stitched variant with them."""
+    latencies = np.ones((2, len(zoo.variants)))
+    latencies[0, 9], latencies[1, 9] = 10.0, 0.01
+    return latencies, pareto_analysis(zoo, task, ["ort:CPU", "ov:CPU"],
+                                      ParetoOptions(sample=1000), latencies=latencies)
+
+
 def test_analysis_of_the_tiny_zoo_with_set_latencies(private_zoo: Any) -> None:
     task, zoo = tiny_task(), private_zoo
     variants = len(zoo.variants)
-    # Every subgraph 1 ms, but variant 9 is 10 ms at position 0 and 0.01 ms at position 1:
-    # originals take 2 ms (10.01 ms for variant 9), a stitched (a, 9) with a ≠ 9 takes 1.01 ms.
-    latencies = np.ones((2, variants))
-    latencies[0, 9], latencies[1, 9] = 10.0, 0.01
-    result = pareto_analysis(zoo, task, ["ort:CPU", "ov:CPU"],
-                             ParetoOptions(sample=1000), latencies=latencies)
+    latencies, result = _with_set_latencies(zoo, task)
     assert result.stitched_total == result.stitched_sampled == variants**2 - variants
     assert result.below_fastest_latency == variants - 1
     # every choice with its metric from plain ONNX Runtime chains and its summed latency
@@ -131,3 +136,36 @@ def test_analysis_of_the_tiny_zoo_with_set_latencies(private_zoo: Any) -> None:
         (variants - 1) / (variants**2 - variants), abs=1e-4)
     assert summary["front_size"] == len(front)
     assert summary["evaluation_passes"] == variants + variants**2
+
+
+def test_the_fastest_variant_within_a_point_is_judged_on_held_out_rows(
+        private_zoo: Any) -> None:
+    import attrs
+
+    from sparseloom.zoo.pareto import JUDGED_FASTEST, fastest_within
+
+    task, zoo = tiny_task(), private_zoo
+    # The stitched (a, 9), a ≠ 9, take 1.01 ms, every other variant 2 ms or more.
+    _, result = _with_set_latencies(zoo, task)
+    best = fastest_within(zoo, task, result, 1.0)
+    # By hand: the variants within a point of dense on the selection rows and faster than
+    # it, fastest first (ties in the order measured), judged on the held-out rows by plain
+    # ONNX Runtime chains; the first within a point there wins.
+    dense = result.points[0]
+    within = sorted((p for p in result.points[1:] if p.metric >= dense.metric - 0.01
+                     and p.latency_ms < dense.latency_ms), key=lambda p: p.latency_ms)
+    judged = within[:JUDGED_FASTEST]
+    held = chain_metrics_with_onnxruntime(
+        zoo.directory, [dense.choices] + [p.choices for p in judged], task.judging())
+    drops = [100 * (held[0] - h) for h in held[1:]]
+    expected = next((i for i, d in enumerate(drops) if d <= 1.0), None)
+    if expected is None:
+        assert best is None
+    else:
+        assert best is not None and best.choices == judged[expected].choices
+        assert best.drop_points == pytest.approx(drops[expected], abs=1e-9)
+        assert best.judged == expected + 1 and best.judging_rows == task.held_out.count
+        assert best.speedup == pytest.approx(dense.latency_ms / judged[expected].latency_ms)
+    # No margin at all below dense on selection, and nothing held out: no answer.
+    assert fastest_within(zoo, attrs.evolve(task, held_out=None), result) is None
+    assert fastest_within(zoo, task, result, -100.0) is None
