@@ -40,14 +40,13 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import ConfigError, UnknownTaskError
+from sparseloom.evaluation.stitched_front import FRONT_DROP_POINTS, score_choices
 
 log = logging.getLogger(__name__)
 
 __all__ = ["FRONT_DROP_POINTS", "CompressorRow", "RoundTimes", "bench_compressors",
            "front_summary", "judge_variants", "rows_of_task", "select_tasks", "time_variants"]
 
-#: The largest accuracy drop (points) a faster variant may have and still be on the front.
-FRONT_DROP_POINTS = 1.0
 #: Rounds and requests per round of ``--quick``: a look in seconds, not a headline.
 QUICK_ROUNDS, QUICK_REQUESTS = 2, 30
 
@@ -256,8 +255,6 @@ def _time_slots(times: RoundTimes, hot: Mapping[tuple[int, int, int], Any], thre
 def judge_variants(zoo: Any, task: Any) -> tuple[dict[tuple[int, ...], float], int]:
     """The metric on ``task``'s judging rows of dense, of every variant at one position (dense
     elsewhere) and of every variant at every position; and how many judging rows there are."""
-    from sparseloom.evaluation.stitched_front import score_choices
-
     positions, variants = zoo.positions, len(zoo.variants)
     wanted = [(0,) * positions]
     wanted += [tuple(v if k == j else 0 for k in range(positions))

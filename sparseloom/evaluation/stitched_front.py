@@ -6,7 +6,7 @@ accuracy is not the sum of the positions' drops, so it is judged here as a whole
 candidates are the stitched variants whose every position holds dense or one of that
 position's :data:`PER_POSITION` fastest variants that are faster than dense there on some
 processor (median per-round ratio above 1) and within
-:data:`~sparseloom.evaluation.compressor_bench.FRONT_DROP_POINTS` of dense alone. Each is
+:data:`FRONT_DROP_POINTS` of dense alone. Each is
 judged on the task's held-out rows (every position at once, ONNX Runtime CPU), and timed as the
 whole-model rows are: on each processor, per round, the sum over positions of the medians the
 benchmark measured, against dense's summed reference of the same round.
@@ -29,6 +29,9 @@ from typing import Any
 
 import attrs
 
+#: The largest accuracy drop (points) a faster variant may have and still be on a task's
+#: front (``bench compressors``) or be its fastest within the point.
+FRONT_DROP_POINTS = 1.0
 #: Variants per position that candidates draw from (the fastest that qualify there).
 PER_POSITION = 4
 #: Rows within the point the Markdown report shows per task (report.json has every row).
@@ -84,8 +87,6 @@ def candidates(rows: Sequence[Any], variant_ids: Mapping[str, int], positions: i
     """The stitched variants to judge (see the module doc), from one task's position rows
     (:class:`~sparseloom.evaluation.compressor_bench.CompressorRow`); the all-dense one
     left out."""
-    from sparseloom.evaluation.compressor_bench import FRONT_DROP_POINTS
-
     best: dict[int, dict[int, float]] = {j: {} for j in range(positions)}
     for row in rows:
         if (row.position is None or row.error is not None or row.skipped
@@ -156,8 +157,6 @@ def fastest_within(rows: Sequence[StitchedRow], drop_points: float) -> StitchedR
 
 def render_stitched(task: Mapping[str, Any]) -> list[str]:
     """A task's stitched lines in the Markdown report (nothing for a one-position task)."""
-    from sparseloom.evaluation.compressor_bench import FRONT_DROP_POINTS
-
     rows = task.get("stitched") or []
     if not rows:
         return []
@@ -199,8 +198,6 @@ def stitched(task: Any, zoo: Any, processors: Sequence[str], times: Any, rows: S
     """The report's stitched part of one task: the :func:`candidates` judged (besides the
     variants in ``scores``), every :func:`stitched_rows` row, and :func:`fastest_within`
     the point (``stitched``, ``fastest_within``); empty for a one-position task."""
-    from sparseloom.evaluation.compressor_bench import FRONT_DROP_POINTS
-
     if zoo.positions < 2:
         return {}
     ids = {info.name: info.id for info in zoo.variants}
