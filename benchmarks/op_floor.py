@@ -66,9 +66,9 @@ def chain_model(k: int, folder: Path) -> Path:
     return path
 
 
-def ort_call(path: Path, feed: dict[str, np.ndarray], folder: Path) -> tuple[Any, int]:
-    """A one-thread ONNX Runtime call of ``path`` on ``feed``, and how many operators its
-    optimised graph runs."""
+def one_thread_session(path: Path, folder: Path, profile: bool = False) -> tuple[Any, Any]:
+    """A one-thread ONNX Runtime session of ``path`` (profiling when ``profile``), and the
+    graph it optimised (written to ``folder``)."""
     import onnx
     import onnxruntime as ort
 
@@ -76,11 +76,20 @@ def ort_call(path: Path, feed: dict[str, np.ndarray], folder: Path) -> tuple[Any
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # (its warning that the written graph is machine-specific)
-    optimised = folder / f"{path.stem}.ort-optimised.onnx"
+    optimised = folder / f"{path.stem}{'.profiled' if profile else ''}.optimised.onnx"
     options.optimized_model_filepath = str(optimised)
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(folder / path.stem)
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    operators = len(onnx.load(str(optimised), load_external_data=False).graph.node)
-    return (lambda: session.run(None, feed)), operators
+    return session, onnx.load(str(optimised), load_external_data=False).graph
+
+
+def ort_call(path: Path, feed: dict[str, np.ndarray], folder: Path) -> tuple[Any, int]:
+    """A one-thread ONNX Runtime call of ``path`` on ``feed``, and how many operators its
+    optimised graph runs."""
+    session, graph = one_thread_session(path, folder)
+    return (lambda: session.run(None, feed)), len(graph.node)
 
 
 def weights_share(path: Path, feed: dict[str, np.ndarray], folder: Path,
@@ -91,19 +100,7 @@ def weights_share(path: Path, feed: dict[str, np.ndarray], folder: Path,
     (µs) by operator type."""
     import json
 
-    import onnx
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    optimised = folder / f"{path.stem}.profiled.onnx"
-    options.optimized_model_filepath = str(optimised)
-    options.enable_profiling = True
-    options.profile_file_prefix = str(folder / path.stem)
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    graph = onnx.load(str(optimised), load_external_data=False).graph
+    session, graph = one_thread_session(path, folder, profile=True)
     weights = {i.name for i in graph.initializer}
     weighted = {n.name for n in graph.node if any(x in weights for x in n.input)}
     for _ in range(calls):
@@ -164,6 +161,8 @@ def main() -> None:
     workload = load_workload(args.workload, progress=False)
     calls: dict[str, Any] = {}
     operators: dict[str, int] = {}
+    feeds = {task.name: {name: array[:1] for name, array in task.eval_inputs.items()}
+             for task in workload.tasks}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         x = {"x": np.ones((1, 8), dtype=np.float32)}
@@ -171,8 +170,7 @@ def main() -> None:
             path = chain_model(k, folder)
             calls[f"chain{k}"], operators[f"chain{k}"] = ort_call(path, x, folder)
         for task in workload.tasks:
-            feed = {name: array[:1] for name, array in task.eval_inputs.items()}
-            path = Path(task.model_path)
+            path, feed = Path(task.model_path), feeds[task.name]
             calls[task.name], operators[task.name] = ort_call(path, feed, folder)
             pruned = pruned_model(path, PRUNE_LEVEL, folder)
             if pruned is not None:
@@ -204,8 +202,8 @@ def main() -> None:
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for task in workload.tasks:
-            feed = {name: array[:1] for name, array in task.eval_inputs.items()}
-            share, by_type = weights_share(Path(task.model_path), feed, Path(tmp), args.calls)
+            share, by_type = weights_share(Path(task.model_path), feeds[task.name], Path(tmp),
+                                           args.calls)
             top = sorted(by_type.items(), key=lambda item: -item[1])[:6]
             print(f"| {task.name} | {share:.2f} | ×{1 / (1 - share):.2f} | "
                   + ", ".join(f"{op} {us:.1f}" for op, us in top) + " |")

@@ -40,7 +40,8 @@ from typing import Any
 import attrs
 
 from sparseloom.core.errors import ConfigError, UnknownTaskError
-from sparseloom.evaluation.stitched_front import FRONT_DROP_POINTS, score_choices
+from sparseloom.evaluation.stitched_front import FRONT_DROP_POINTS
+from sparseloom.zoo.stitch import held_out_scores
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ def judge_variants(zoo: Any, task: Any) -> tuple[dict[tuple[int, ...], float], i
     wanted += [tuple(v if k == j else 0 for k in range(positions))
                for j in range(positions) for v in range(1, variants)]
     wanted += [(v,) * positions for v in range(1, variants)]
-    return score_choices(zoo, task, wanted), task.judging().num_eval
+    return held_out_scores(zoo, task, wanted), task.judging().num_eval
 
 
 def _row(task: str, position: int | None, info: Any, processor: str, dense: Sequence[float],

@@ -70,18 +70,6 @@ class StitchedRow:
     judging_rows: int
 
 
-def score_choices(zoo: Any, task: Any, wanted: Sequence[tuple[int, ...]]
-                  ) -> dict[tuple[int, ...], float]:
-    """The metric of each stitched variant in ``wanted`` on ``task``'s held-out rows (ONNX
-    Runtime CPU), each run once."""
-    from sparseloom.zoo.stitch import run_stitched
-
-    judging = task.judging()
-    return {choices: float(judging.score(run_stitched(zoo, choices, judging.eval_inputs,
-                                                      "ort:CPU")))
-            for choices in dict.fromkeys(wanted)}
-
-
 def candidates(rows: Sequence[Any], variant_ids: Mapping[str, int], positions: int
                ) -> list[tuple[int, ...]]:
     """The stitched variants to judge (see the module doc), from one task's position rows
@@ -198,6 +186,8 @@ def stitched(task: Any, zoo: Any, processors: Sequence[str], times: Any, rows: S
     """The report's stitched part of one task: the :func:`candidates` judged (besides the
     variants in ``scores``), every :func:`stitched_rows` row, and :func:`fastest_within`
     the point (``stitched``, ``fastest_within``); empty for a one-position task."""
+    from sparseloom.zoo.stitch import held_out_scores
+
     if zoo.positions < 2:
         return {}
     ids = {info.name: info.id for info in zoo.variants}
@@ -205,7 +195,7 @@ def stitched(task: Any, zoo: Any, processors: Sequence[str], times: Any, rows: S
     if progress and wanted:
         progress(f"{task.name}: judging {len(wanted)} stitched variants on {judging_rows} "
                  f"held-out rows")
-    every = {**scores, **score_choices(zoo, task, wanted)}
+    every = {**scores, **held_out_scores(zoo, task, wanted)}
     out = stitched_rows(task.name, zoo, processors, times, every, judging_rows)
     best = fastest_within(out, FRONT_DROP_POINTS)
     return {"stitched": [attrs.asdict(r) for r in out],

@@ -337,15 +337,14 @@ def fastest_within(zoo: Zoo, task: Any, result: ParetoResult, margin_points: flo
     them, and the first within the margin is it. ``None`` when the task holds no rows out or
     none judged is within.
     """
-    from sparseloom.zoo.stitch import run_stitched
+    from sparseloom.zoo.stitch import held_out_scores
 
     if getattr(task, "held_out", None) is None:
         return None
-    judging = task.judging()
     dense = result.points[0]  # the first original: dense at every position
 
     def held_out(choices: tuple[int, ...]) -> float:
-        return float(judging.score(run_stitched(zoo, choices, judging.eval_inputs, processor)))
+        return held_out_scores(zoo, task, [choices], processor)[choices]
 
     candidates = sorted((p for p in result.points[1:]
                          if p.metric >= dense.metric - margin_points / 100
@@ -358,5 +357,5 @@ def fastest_within(zoo: Zoo, task: Any, result: ParetoResult, margin_points: flo
         drop = 100.0 * (reference - held_out(point.choices))
         if drop <= margin_points:
             return FastestWithin(point.choices, point.latency_ms, dense.latency_ms, drop,
-                                 judging.num_eval, count)
+                                 task.held_out.count, count)
     return None

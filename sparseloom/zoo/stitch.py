@@ -132,6 +132,16 @@ def run_stitched(
         return model.run(inputs, batch_size)
 
 
+def held_out_scores(zoo: Zoo, task: Any, wanted: Sequence[Sequence[int]],
+                    processor: str = "ort:CPU") -> dict[tuple[int, ...], float]:
+    """The metric of each stitched variant in ``wanted`` on ``task``'s held-out rows
+    (``task.judging()``: rows its selection never saw), run on ``processor``, each once."""
+    judging = task.judging()
+    return {choices: float(judging.score(run_stitched(zoo, choices, judging.eval_inputs,
+                                                      processor)))
+            for choices in dict.fromkeys(tuple(c) for c in wanted)}
+
+
 def merge_stitched(
     zoo: Zoo,
     stitched: StitchedVariant | Sequence[int],
