@@ -4,7 +4,8 @@ Figures behind docs/runtime.md and docs/plan.md. Per round it prints each policy
 its wide stages, switches and per-task p90s, so a round's result can be traced to the option
 (``lend_idle``: idle lending; ``merge_chains``: merged chains; ``overflow``: overflow threads;
 ``lend_when_quiet``: lending at tight SLOs; ``lanes``: a thread per task over every core at
-tight SLOs; ``time_share``: the tasks sharing a processor on lanes pinned to it; ``spare``: a
+tight SLOs; ``time_share``: the tasks sharing a processor on lanes pinned to it;
+``lanes_borrow``: those lanes running a call on a quiet processor's cores; ``spare``: a
 second server of a lone long task on the other cores under Poisson arrivals; ``min_gain``: a
 variant replaces the dense model only when estimated 10 % faster, against 0), on the closed
 scenario, the steady state (STP and ANTT), the grid or the capacity search, on the default
@@ -35,8 +36,8 @@ import numpy as np
 
 from sparseloom.core.hookspecs import RegisterFn, hookimpl
 
-OPTIONS = ("lanes", "lend_idle", "lend_when_quiet", "merge_chains", "min_gain", "overflow",
-           "spare", "time_share")
+OPTIONS = ("lanes", "lanes_borrow", "lend_idle", "lend_when_quiet", "merge_chains", "min_gain",
+           "overflow", "spare", "time_share")
 
 
 class _Flipped:
@@ -133,7 +134,8 @@ def main() -> None:
         antt = f" antt {run['figures']['antt']:.2f}" if "antt" in run["figures"] else ""
         print(f"round {run['round']}{where} {run['contender']:32s} {figure} {value:8.2f}{antt}"
               f"  wide stages {sum(summary.wide_stages.values()):4d}  overflow stages "
-              f"{sum(summary.overflow_stages.values()):4d}  switches "
+              f"{sum(summary.overflow_stages.values()):4d}  roamed calls "
+              f"{sum(summary.roamed.values()):5d}  switches "
               f"{summary.switches}  p90 ms {p90}  req/s {rates}")
     if args.scenario in ("closed", "steady"):
         from sparseloom.evaluation.serve_figures import dense_slos

@@ -49,6 +49,7 @@ def plan_report(result: Any, table: Any) -> dict[str, Any]:
             "merged": name in plan.merged, "wide": name in plan.wide,
             "wide_when_quiet": name in plan.wide_when_quiet, "lane": name in plan.lanes,
             "pinned_lane": name in plan.lanes and plan.lanes_pinned,
+            "lane_borrows": name in plan.lanes and plan.lanes_pinned and plan.lanes_borrow,
             "spare": name in plan.spares,
         }
     return {
@@ -79,7 +80,8 @@ def _echo(report: dict[str, Any]) -> None:
             "+".join(task["variant_names"]),
             "→".join(task["processors"]) + "".join(
                 f" ({flag.replace('_', ' ')})"
-                for flag in ("merged", "wide", "wide_when_quiet", "lane", "pinned_lane", "spare")
+                for flag in ("merged", "wide", "wide_when_quiet", "lane", "pinned_lane",
+                             "lane_borrows", "spare")
                 if task[flag] and not (flag == "wide" and task["wide_when_quiet"])
                 and not (flag == "lane" and task["pinned_lane"])),
             f"{task['accuracy']:.4f}{'' if task['accuracy_measured'] else ' (est.)'} "

@@ -263,6 +263,10 @@ class Plan:
         lanes_pinned: the lanes run on the cores of their own processor only, beside its
             worker, instead of every processor's: the tasks sharing a processor are
             time-sliced by the kernel there instead of taking turns in its queue.
+        lanes_borrow: with ``lanes_pinned``, a lane may run a call on the cores of another
+            processor whose own worker is quiet (idle for a few of its mean idle gaps, as a
+            closed loop's is once its tasks are done), one lane per such processor at a time
+            (:func:`sparseloom.runtime.lending.roam`).
         spares: tasks whose merged chain on one processor has a *spare*: a second server of
             the same model on the other processors' cores, one thread, which takes the task's
             request only when its processor is busy with another (``Route.replicas``): where
@@ -294,6 +298,7 @@ class Plan:
     overflow: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     lanes: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     lanes_pinned: bool = attrs.field(default=False, converter=bool)
+    lanes_borrow: bool = attrs.field(default=False, converter=bool)
     spares: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
     def processors_of(self, task: str) -> tuple[str, ...]:

@@ -156,6 +156,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             from sparseloom.evaluation.closed_bound import render_bounds
 
             lines += render_bounds(result["bounds"])
+        if result.get("stp_bounds"):
+            from sparseloom.evaluation.steady_bound import render_steady_bounds
+
+            lines += render_steady_bounds(result["stp_bounds"])
         if result.get("simulated"):
             from sparseloom.evaluation.sim_check import render_simulated
 

@@ -33,6 +33,7 @@ from sparseloom.evaluation.serve_figures import (
     spread,
 )
 from sparseloom.evaluation.serving import serve_contender
+from sparseloom.evaluation.steady_bound import steady_bounds
 from sparseloom.runtime.load import LoadSpec
 
 #: How far under an accuracy SLO a served accuracy may fall and still meet it (float noise).
@@ -127,7 +128,9 @@ def steady(context: ServeContext, contenders: Sequence[Contender], options: Benc
     stock configuration (``stock-tuned``'s measurements): one reference for every contender.
     Only VALID runs at equal accuracy count. Per round, each sparseloom policy's every task's
     rate is compared with its rate under the round's best stock runtime (by STP): the worst
-    of them is ``worst_task`` (a policy that starves a task for the sum shows there).
+    of them is ``worst_task`` (a policy that starves a task for the sum shows there). Each
+    policy's STP ceiling (``stp_bounds``, :mod:`~sparseloom.evaluation.steady_bound`) says
+    what STP ratio its models allow on these cores with every task at its floor.
     """
     slos = dense_slos(context)
     iso = context.isolated_hot_ms(slos)
@@ -161,7 +164,8 @@ def steady(context: ServeContext, contenders: Sequence[Contender], options: Benc
             "task_rates": task_rates(rates),
             "worst_task": _worst_task(stp, rates, contenders),
             "ratios": ratios_per_round(stp, contenders),
-            "ratios_by_policy": family_ratios(stp, contenders)}
+            "ratios_by_policy": family_ratios(stp, contenders),
+            "stp_bounds": steady_bounds(context, contenders, slos, stp, rates, iso)}
 
 
 def task_rates(rates: Mapping[str, Mapping[int, Mapping[str, float]]]

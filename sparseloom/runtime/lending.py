@@ -17,9 +17,10 @@ the processor is. The measurements behind each constant: docs/runtime.md, the me
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 #: How long a processor must have been idle before it lends its cores to a wide stage.
 LEND_AFTER_S = 0.001
@@ -76,3 +77,47 @@ def borrow(others: Iterable[LenderT], quiet_only: bool = False) -> list[LenderT]
             return None
         taken.append(lender)
     return taken
+
+
+class Roamer(Protocol):
+    """What :func:`roam` asks of a lane: its processor's cores (``processor.cores``)."""
+
+    @property
+    def processor(self) -> Any: ...
+
+
+class ProcessorLender(Lender, Protocol):
+    """A lender that :func:`roam` moves a lane onto: a processor's own worker."""
+
+    lane_of: str | None
+
+    @property
+    def processor(self) -> Any: ...
+
+
+ProcessorLenderT = TypeVar("ProcessorLenderT", bound=ProcessorLender)
+
+
+def roam(lane: Roamer, workers: Iterable[ProcessorLenderT]) -> list[ProcessorLenderT] | None:
+    """For one call of ``lane`` (a lane pinned to its processor's cores, on its own thread):
+    the first processor's own worker among ``workers`` that is up, :func:`quiet`, on cores
+    none of the lane's, and whose ``core`` is free — its ``core`` taken and the calling thread
+    moved onto its cores. Returns ``[lender]`` (the caller runs the call, then
+    :func:`come_home` and releases the lender's ``core``), or ``None``: the lane stays home."""
+    own = set(lane.processor.cores)
+    if not own or not hasattr(os, "sched_setaffinity"):
+        return None
+    for worker in workers:
+        cores = tuple(worker.processor.cores)
+        if worker.lane_of is not None or worker.down or not cores or own & set(cores) \
+                or not quiet(worker) or not worker.core.acquire(blocking=False):
+            continue
+        os.sched_setaffinity(0, cores)
+        return [worker]
+    return None
+
+
+def come_home(lane: Roamer) -> None:
+    """Move the calling thread (``lane``'s) back onto its processor's cores after a call
+    :func:`roam` sent elsewhere."""
+    os.sched_setaffinity(0, tuple(lane.processor.cores))

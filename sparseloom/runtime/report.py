@@ -86,7 +86,9 @@ def render(summary: RunSummary) -> str:
         + "".join(f"; {n} ran {k} stage(s) wide on the idle processors' cores"
                   for n, k in summary.wide_stages.items())
         + "".join(f"; {n} ran {k} late stage(s) on its overflow thread"
-                  for n, k in summary.overflow_stages.items()),
+                  for n, k in summary.overflow_stages.items())
+        + "".join(f"; lane {n} ran {k} call(s) on a quiet processor's cores"
+                  for n, k in summary.roamed.items()),
         f"switches           : {summary.switches} ({summary.switch_loads} loads, "
         f"{summary.switch_load_ms:.1f} ms compile+load); preload {summary.preload_ms:.1f} ms",
         f"memory             : loaded {_mib(m['loaded_bytes'])}"

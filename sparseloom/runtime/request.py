@@ -56,6 +56,9 @@ class Route:
             least busy of them (:func:`~sparseloom.runtime.replicas.least_busy`), so as many
             run at once as there are replicas; or the task's spare (``Plan.spares``,
             :attr:`spared`), which takes a request only while the processor is busy.
+        roams: a lane pinned to its processor's cores may run a call on the cores of another
+            processor whose own worker is quiet (``Plan.lanes_borrow``;
+            :func:`~sparseloom.runtime.lending.roam`).
     """
 
     variant: StitchedVariant
@@ -65,6 +68,7 @@ class Route:
     merged: bool = attrs.field(default=False)
     quiet: bool = False
     replicas: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    roams: bool = False
     #: The key a worker finds each stage's model by (:data:`~sparseloom.runtime.worker.
     #: ModelKey`): ``(task, position, variant)`` per position, or the one merged model's;
     #: built once per route so the hot path allocates no key per stage.
@@ -118,16 +122,19 @@ class Route:
         """``tiny[0,3] @ ov:CPU>ort:CPU`` (``... (merged, wide)`` for a merged, wide route)."""
         wide = "wide when quiet" if self.quiet else "wide"
         flags = ", ".join(f for f, on in (("merged", self.merged), (wide, self.wide),
-                                          ("spare", self.spared)) if on)
+                                          ("spare", self.spared),
+                                          ("borrows quiet cores", self.roams)) if on)
         where = "|".join(self.processors[:1] + self.replicas) \
             if self.replicas and not self.spared else ">".join(self.processors)
         return f"{self.variant} @ {where}{f' ({flags})' if flags else ''}"
 
     def same_path(self, other: Route) -> bool:
-        """Whether ``other`` runs the same models on the same processors, as wide."""
+        """Whether ``other`` runs the same models on the same processors, as wide, roaming
+        as far."""
         return (self.variant == other.variant and self.processors == other.processors
                 and self.wide == other.wide and self.merged == other.merged
-                and self.quiet == other.quiet and self.replicas == other.replicas)
+                and self.quiet == other.quiet and self.replicas == other.replicas
+                and self.roams == other.roams)
 
 
 @attrs.define(eq=False)

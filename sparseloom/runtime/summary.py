@@ -108,6 +108,9 @@ class RunSummary:
     #: Per processor with an overflow thread that ran something, the stages it ran there
     #: (on the other processors' cores, for requests that would have been late).
     overflow_stages: dict[str, int] = attrs.field(factory=dict)
+    #: Per lane pinned to its processor's cores, the calls it ran on a quiet processor's
+    #: cores (``Plan.lanes_borrow``; counted in that processor's ``lent``).
+    roamed: dict[str, int] = attrs.field(factory=dict)
 
 
 #: The reason of a run cut short by Ctrl-C (``sparseloom run`` then exits with status 130).
@@ -294,6 +297,7 @@ def summarize(runtime: Runtime, load: LoadResult, spec: LoadSpec, *,
               if w.lent_s and w.lane_of is None},
         overflow_stages={n: w.overflow.stages for n, w in runtime.workers.items()
                          if w.overflow is not None and w.overflow.stages},
+        roamed={n: w.roamed for n, w in runtime.workers.items() if w.roamed},
         switches=sum(runtime.switch_counts.values()), switch_loads=len(switch_events),
         switch_load_ms=sum(e.total_ms for e in switch_events),
         preload_ms=sum(e.total_ms for e in runtime.loader.events if e.reason == "preload"),

@@ -54,9 +54,11 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
                 f"the plan places task {task!r} on {', '.join(missing)}, which this run does "
                 f"not have (processors: {', '.join(runtime.workers)}); make the plan again "
                 f"for these processors")
+        roams = False
         if task in tuple(getattr(plan, "lanes", ())):
             pinned = bool(getattr(plan, "lanes_pinned", False))
             processors = tuple(ensure_lane(runtime, p, task, pinned) for p in processors)
+            roams = pinned and bool(getattr(plan, "lanes_borrow", False))
         merged = _merges(runtime, plan, task, processors, version)
         if task in tuple(getattr(plan, "spares", ())) and (merged or len(processors) == 1) \
                 and not replicas and lent_cores(runtime, processors[0]):
@@ -64,7 +66,7 @@ def routes_from_plan(runtime: Runtime, plan: Any, version: int) -> dict[str, Rou
         routes[task] = Route(variant, processors, version,
                              wide=task in tuple(getattr(plan, "wide", ())), merged=merged,
                              quiet=task in tuple(getattr(plan, "wide_when_quiet", ())),
-                             replicas=replicas)
+                             replicas=replicas, roams=roams)
     return routes
 
 

@@ -92,6 +92,11 @@ class StageHandler:
         borrow`; ``None``: not all of them are idle, or quiet with ``quiet``)."""
         return lending.borrow((w for w in self.workers.values() if w is not worker), quiet)
 
+    def roam(self, lane: ProcessorWorker) -> list[ProcessorWorker] | None:
+        """Move ``lane``'s thread onto a quiet processor's cores for one call
+        (:func:`~sparseloom.runtime.lending.roam`; ``None``: it stays home)."""
+        return lending.roam(lane, self.workers.values())
+
     def profiled_seconds(self, key: ModelKey, processor: str) -> float:
         """The profile's time of one call of model ``key`` on ``processor`` (0: unknown); a
         merged model's is its chain's, the sum of its subgraphs' (what it replaces); a lane's
@@ -151,6 +156,7 @@ class ProcessorWorker:
             request's deadline with.
         lane_of: the processor this worker is a lane of (:mod:`sparseloom.runtime.lanes`);
             ``None`` for a processor's own worker.
+        roamed: calls this lane ran on a quiet processor's cores (``Plan.lanes_borrow``).
         calling: its own thread is in a model call (what sends a request to a spare,
             :func:`sparseloom.runtime.replicas.spare_or_own`).
     """
@@ -176,6 +182,7 @@ class ProcessorWorker:
     call_ends: float = 0.0
     lane_of: str | None = None
     calling: bool = False
+    roamed: int = 0
     _heap: list[tuple[float, int, Any]] = attrs.field(factory=list, init=False)
     mutex: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _ready: threading.Condition = attrs.field(init=False)
@@ -319,8 +326,9 @@ class ProcessorWorker:
                     faults.maybe_fail(self.processor, request, position)
                 runner = model.runner
                 twin = model.wide_runner if overflow is None else None
-                lenders = handler.borrow(self, route.quiet) if twin is not None else None
-                wide = lenders is not None
+                lenders = handler.borrow(self, route.quiet) if twin is not None else \
+                    handler.roam(self) if route.roams and overflow is None else None
+                wide = twin is not None and lenders is not None
                 if twin is not None and wide:  # the lenders are idle: their cores are lent
                     runner = twin
                 profiled = model.profiled_s
@@ -343,6 +351,9 @@ class ProcessorWorker:
                 finally:
                     if overflow is None:
                         self.calling = False
+                    if lenders and not wide:  # a lane's call on a quiet processor's cores
+                        lending.come_home(self)
+                        self.roamed += 1
                     for lender in lenders or ():
                         lender.core.release()
                 took = perf_counter() - start

@@ -3,6 +3,7 @@ processor it is a lane of; and feedback at most every ``FEEDBACK_EVERY_S``."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -28,11 +29,11 @@ def _runtime(two_tasks: tuple[Any, Any]) -> Any:
     return Runtime(tasks, profile_processors(profile), profile=profile)
 
 
-def _plan(lanes: tuple[str, ...], pinned: bool = False) -> Plan:
+def _plan(lanes: tuple[str, ...], pinned: bool = False, borrow: bool = False) -> Plan:
     return Plan("hand", ("ort:CPU", "ort:CPU"),
                 variants={t: StitchedVariant(t, (0, 0)) for t in PLACED},
                 assignment={t: (p, p) for t, p in PLACED.items()}, lanes=lanes,
-                lanes_pinned=pinned)
+                lanes_pinned=pinned, lanes_borrow=borrow)
 
 
 def test_each_laned_task_runs_on_its_own_worker_over_every_core(
@@ -122,6 +123,52 @@ def test_a_pinned_lane_runs_on_its_own_processor_cores_beside_its_worker(
         # An every-core lane of the same task is another worker, not this one.
         switching.apply_plan(runtime, _plan(("digits_a",)), "test")
         assert runtime.states["digits_a"].route.processors == ("ort:CPU@digits_a",) * 2
+    finally:
+        runtime.stop()
+
+
+def test_a_borrowing_pinned_lane_runs_on_a_quiet_processors_cores_and_comes_home(
+        two_tasks: tuple[Any, Any]) -> None:
+    import threading
+
+    from sparseloom.runtime import switching
+    from sparseloom.runtime.lending import LEND_AFTER_S
+
+    runtime = _runtime(two_tasks)
+    own, other = runtime.workers["ort:CPU"], runtime.workers["ov:CPU"]
+    if set(own.processor.cores) & set(other.processor.cores):
+        runtime.stop()
+        pytest.skip("the two processors share a core on this machine: nowhere to roam")
+    lane = "ort:CPU@digits_a/pinned"
+    try:
+        switching.start(runtime, _plan(("digits_a",), pinned=True))
+        plain = answers_in_turn(runtime, "digits_a", range(6))
+        assert not runtime.states["digits_a"].route.roams
+        assert runtime.workers[lane].roamed == 0  # a plan without lanes_borrow stays home
+        switching.apply_plan(runtime, _plan(("digits_a",), pinned=True, borrow=True), "test")
+        assert runtime.states["digits_a"].route.roams
+        # ov:CPU's worker busy in a call: not quiet, so the lane stays on its own cores.
+        release, started = threading.Event(), threading.Event()
+        other.call(lambda: (started.set(), release.wait(10)))
+        assert started.wait(10)
+        held = answers_in_turn(runtime, "digits_a", range(6))
+        assert runtime.workers[lane].roamed == 0
+        release.set()
+        time.sleep(20 * LEND_AFTER_S)  # idle since: quiet (its gaps are those of two calls)
+        assert other.quiet()
+        roamed = answers_in_turn(runtime, "digits_a", range(6))
+        worker = runtime.workers[lane]
+        # Each of its calls ran on ov:CPU's cores (counted as lent there), none of ov:CPU's
+        # own stages ran, and the answers are the lane's own.
+        assert worker.roamed == 2 * 6 and other.lent_s > 0
+        assert other.stages_run == 0 and own.stages_run == 0
+        for a, b, c in zip(plain, held, roamed, strict=True):
+            for name in a:
+                np.testing.assert_array_equal(a[name], b[name])
+                np.testing.assert_array_equal(a[name], c[name])
+        # Its thread is back on its own processor's cores between calls.
+        assert worker._thread is not None
+        assert os.sched_getaffinity(worker._thread.native_id) == set(own.processor.cores)
     finally:
         runtime.stop()
 

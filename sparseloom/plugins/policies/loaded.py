@@ -78,7 +78,11 @@ chains (and no other task's stage) each get a lane pinned to *its* cores (``Plan
 a longer one and the fastest task makes the most calls, as each task's thread of a stock
 runtime does; a task alone on its processor keeps the processor's worker (and borrows the idle
 cores). Estimated as lanes are, on that one core (:func:`sparseloom.plan.lanes.pinned_lanes`),
-and taken unless that misses more latency SLOs than the queue.
+and taken unless that misses more latency SLOs than the queue. With
+``LoadedPolicy(lanes_borrow=True)`` (off by default: no gain measured) a pinned lane may run a
+call on the cores of another processor whose own worker is quiet (``Plan.lanes_borrow``,
+:func:`sparseloom.runtime.lending.roam`): once the tasks of that processor are done in a
+closed loop, its core takes one of the lanes instead of idling.
 
 **Spares** (``LoadedPolicy(spare=False)`` turns them off). A merged chain alone in its
 processor's queue, when no other processor's queue serves any task (their cores hold only
@@ -224,6 +228,10 @@ class LoadedPolicy(ProfilePolicy):
     #: Give a merged chain alone in its processor's queue, where the other processors' queues
     #: serve no task, a spare on their cores (``Plan.spares``; module doc).
     spare: bool = attrs.field(default=True, kw_only=True)
+    #: Let those pinned lanes run a call on the cores of another processor whose own worker
+    #: is quiet (``Plan.lanes_borrow``; module doc). Off: on the closed loop where it acts it
+    #: measured no gain (1.04× [0.82–1.31], docs/plan.md).
+    lanes_borrow: bool = attrs.field(default=False, kw_only=True)
     #: A compressed variant replaces the dense model (where the dense model meets the accuracy
     #: SLO) only when its chain is estimated at least this share faster under the same
     #: placement (module doc, *Worth its risk*); 0 takes any estimated gain.
@@ -322,7 +330,8 @@ class LoadedPolicy(ProfilePolicy):
             if self.spare and laneable(table) else ()
         return attrs.evolve(plan, wide=tuple(wide), wide_when_quiet=tuple(quiet),
                             merged=merged, overflow=overflow, lanes=sliced_names,
-                            lanes_pinned=bool(sliced_names), spares=spares)
+                            lanes_pinned=bool(sliced_names), spares=spares,
+                            lanes_borrow=bool(sliced_names) and self.lanes_borrow)
 
 
 def _borrows_when_idle(option: Option, lending: Sequence[int]) -> bool:

@@ -247,6 +247,15 @@ def test_tasks_sharing_a_processor_are_time_sliced_on_lanes_pinned_to_it() -> No
                                               list(table.processors), slos)
     assert unspared.spares == () and attrs.evolve(unspared, decision_seconds=0.0) == \
         attrs.evolve(plan, spares=(), decision_seconds=0.0)
+    # Borrowing quiet cores is asked for, not the default; it changes nothing else, and a
+    # plan without pinned lanes never borrows.
+    assert not plan.lanes_borrow
+    borrowing = LoadedPolicy(lanes_borrow=True).plan(list(table.tasks), table,
+                                                     list(table.processors), slos)
+    assert borrowing.lanes_borrow and attrs.evolve(borrowing, decision_seconds=0.0) == \
+        attrs.evolve(plan, lanes_borrow=True, decision_seconds=0.0)
+    assert not LoadedPolicy(lanes_borrow=True, time_share=False).plan(
+        list(table.tasks), table, list(table.processors), slos).lanes_borrow
 
 
 def test_time_slicing_is_not_taken_where_it_misses_an_slo_the_queue_meets() -> None:
