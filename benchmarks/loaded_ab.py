@@ -85,7 +85,8 @@ def main() -> None:
     from sparseloom.api import build_zoos
     from sparseloom.core.registry import get_registry
     from sparseloom.evaluation import serve_grid, serve_scenarios
-    from sparseloom.evaluation.contenders import profile_context, select_contenders
+    from sparseloom.evaluation.contender import select_contenders
+    from sparseloom.evaluation.contenders import profile_context
     from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
     from sparseloom.profile.builder import build_profile
     from sparseloom.runtime.heap import SURVIVOR_FREEZE

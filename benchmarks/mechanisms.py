@@ -135,7 +135,7 @@ class Bench:
 def contenders(mechanism: Mechanism) -> tuple[Any, Any]:
     """(on, off): sparseloom-loaded as shipped, and with the mechanism's switch off."""
     from sparseloom.core.registry import get_registry
-    from sparseloom.evaluation.contenders import Contender
+    from sparseloom.evaluation.contender import Contender
     from sparseloom.runtime.options import RuntimeOptions
 
     base: dict[str, Any] = {name: False for name in mechanism.both_off}

@@ -76,6 +76,11 @@ SCENARIO_CHOICES = ("closed", "steady", "capacity", "grid")
               help="Keep a policy's pick only where the low end of the 95% paired interval of "
                    "its accuracy minus dense's on the selection rows is within the margin, "
                    "else plan again without it [default on].")
+@click.option("--tighten/--no-tighten", "tighten", default=None,
+              help="Where a policy's pick falls outside its margin on the held-out rows, "
+                   "choose that task's variant again under a tighter selection margin (half "
+                   "the margin, then none, then dense variants only) until every pick keeps "
+                   "it; each step is listed in the report [default on].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write report.json, report.md and the figures here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
@@ -86,7 +91,8 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
                   memory_budget: str = "1.0", tuning_queries: int | None = None,
                   tuning_rounds: int | None = None, closed_queries: int | None = None,
                   closed_min_s: float | None = None, steady_s: float | None = None,
-                  choose_above: float | None = None, paired_gate: bool | None = None) -> None:
+                  choose_above: float | None = None, paired_gate: bool | None = None,
+                  tighten: bool | None = None) -> None:
     """Serve WORKLOAD with every contender in interleaved rounds and compare them.
 
     Contenders: the registered placement policies and the stock runtimes (ONNX Runtime and
@@ -105,7 +111,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
     from sparseloom.cli.run import load_profiled
     from sparseloom.core.types import repeated
     from sparseloom.evaluation.bench_serve import BenchInterrupted, bench_serve, nothing_measured
-    from sparseloom.evaluation.contenders import select_contenders
+    from sparseloom.evaluation.contender import select_contenders
     from sparseloom.evaluation.serve_figures import QUICK, BenchOptions
     from sparseloom.runtime import interrupts
 
@@ -117,7 +123,7 @@ def serve_command(workload: str, scenarios: tuple[str, ...], contenders: tuple[s
              "tuning_queries": tuning_queries, "tuning_rounds": tuning_rounds,
              "closed_queries": closed_queries,
              "closed_min_s": closed_min_s, "steady_s": steady_s, "choose_above": choose_above,
-             "paired_gate": paired_gate}
+             "paired_gate": paired_gate, "tighten": tighten}
     changes |= {name: value for name, value in given.items() if value is not None}
     changes["memory_budget"] = read_budget(memory_budget)
     if keep_loaded is not None:

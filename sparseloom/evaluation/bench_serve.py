@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sparseloom.evaluation.contenders import ServeContext, profile_context, select_contenders
+from sparseloom.evaluation.contender import select_contenders
+from sparseloom.evaluation.contenders import ServeContext, profile_context
 from sparseloom.evaluation.serve_figures import (
     QUIET_FOREIGN_CORES,
     QUIET_LOAD,
@@ -55,7 +56,6 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
     :raises BenchInterrupted: Ctrl-C (a ``KeyboardInterrupt``), anywhere in the benchmark: it
         stops at once and carries the report of what was measured, marked ``incomplete``.
     """
-    from sparseloom.evaluation.judging import judging_report
     from sparseloom.evaluation.pick_speedup import pick_speedups
     from sparseloom.runtime.kept import keep_loaded
     from sparseloom.runtime.session import profile_processors
@@ -68,7 +68,8 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                               trial_queries=options.closed_queries,
                               trial_min_s=options.closed_min_s,
                               choose_above=options.choose_above / 100,
-                              paired_gate=options.paired_gate, progress=progress)
+                              paired_gate=options.paired_gate, tighten=options.tighten,
+                              progress=progress)
     processors = profile_processors(profile)
     cores, precision = context.cores, context.precision
     recorder = Recorder(progress)
@@ -90,8 +91,7 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
                                      "reloads": pool.reloads}
     except KeyboardInterrupt as interrupt:
         report["stock_tuning"] = context.tunings
-        report["judging"] = judging_report(list(context.judgements.values()),
-                                           context.gate.verdicts if context.gate else ())
+        report["judging"] = _judging(context)
         report.setdefault("incomplete", {
             "reason": "interrupted (Ctrl-C) before the first scenario started",
             "scenario": None, "finished_scenarios": [],
@@ -99,11 +99,20 @@ def bench_serve(workload: Any, profile: Any, zoos: Any, *, contenders: Sequence[
         _close(report, recorder)
         raise BenchInterrupted(report) from interrupt
     report["stock_tuning"] = context.tunings
-    report["judging"] = judging_report(list(context.judgements.values()),
-                                       context.gate.verdicts if context.gate else ())
+    report["judging"] = _judging(context)
     report["pick_speedups"] = pick_speedups(context.measured_alone(), profile, processors)
     _close(report, recorder)
     return report
+
+
+def _judging(context: ServeContext) -> dict[str, Any]:
+    """The report's ``judging`` section: every judgement, the paired gate's verdicts and the
+    steps of :mod:`~sparseloom.evaluation.tightening`."""
+    from sparseloom.evaluation.judging import judging_report
+
+    return judging_report(list(context.judgements.values()),
+                          context.gate.verdicts if context.gate else ()) | {
+        "tightened": [step.to_json() for step in context.tightened]}
 
 
 class BenchInterrupted(KeyboardInterrupt):

@@ -28,7 +28,8 @@ from typing import Any
 import attrs
 
 from sparseloom.core.types import SLO
-from sparseloom.evaluation.contenders import Contender, ServeContext
+from sparseloom.evaluation.contender import Contender
+from sparseloom.evaluation.contenders import ServeContext
 from sparseloom.evaluation.serve_figures import spread
 
 #: Per task, the model a contender serves (``None``: the dense model).

@@ -13,82 +13,13 @@ from typing import Any
 
 import attrs
 
-from sparseloom.core.errors import ConfigError
-from sparseloom.core.types import SLO, repeated
+from sparseloom.core.types import SLO
+from sparseloom.evaluation.contender import HEADLINE, TUNED_PICKS_POLICY
 from sparseloom.evaluation.judging import Judged, judged_precision
 from sparseloom.evaluation.stock import STOCK_RUNTIMES, serve_stock
+from sparseloom.evaluation.tightening import Tightened
 from sparseloom.runtime.load import LoadSpec
-from sparseloom.runtime.options import RuntimeOptions
 from sparseloom.runtime.summary import RunSummary
-
-#: The policy whose figures the ratios are taken of.
-HEADLINE = "sparseloom"
-#: The policy whose picks ``picks-tuned`` serves: the one that wins against the stock
-#: runtimes (docs/results.md).
-TUNED_PICKS_POLICY = "sparseloom-loaded"
-
-
-@attrs.frozen
-class Contender:
-    """One contender: a registered policy (``kind="policy"``) or a stock runtime.
-
-    A policy contender may plan with a registered policy under a name of its own and serve
-    with runtime settings of its own (``policy``, ``options``), so that one policy with a
-    runtime mechanism on and off makes two contenders (``benchmarks/mechanisms.py``).
-    """
-
-    name: str
-    kind: str
-    #: The registered policy a ``policy`` contender plans with (``None``: its ``name``).
-    policy: str | None = None
-    #: The runtime settings of a ``policy`` contender's runs (``None``: the defaults).
-    options: RuntimeOptions | None = None
-
-    @property
-    def is_stock(self) -> bool:
-        """A stock runtime serving dense models (the bar sparseloom is judged against)."""
-        return self.kind == "stock" and not STOCK_RUNTIMES[self.name].picks
-
-    @property
-    def is_sparseloom(self) -> bool:
-        """One of sparseloom's own policies (``sparseloom``, ``sparseloom-*``)."""
-        return self.kind == "policy" and (self.name == HEADLINE
-                                          or self.name.startswith(f"{HEADLINE}-"))
-
-    @property
-    def is_baseline(self) -> bool:
-        """A registered policy that is not sparseloom's own (the paper's baselines, ADMS,
-        a plugin's)."""
-        return self.kind == "policy" and not self.is_sparseloom
-
-
-def all_contenders() -> list[Contender]:
-    """Every registered policy (sparseloom first), then every stock runtime."""
-    from sparseloom.core.registry import get_registry
-
-    names = [r.name for r in get_registry().policies()]
-    ordered = [HEADLINE, *sorted(n for n in names if n != HEADLINE)]
-    return ([Contender(n, "policy") for n in ordered if n in names]
-            + [Contender(n, "stock") for n in STOCK_RUNTIMES])
-
-
-def select_contenders(names: Sequence[str]) -> list[Contender]:
-    """The contenders named (all when empty), each once, in the order given.
-
-    :raises ConfigError: an unknown or repeated name (the message lists the known ones).
-    """
-    known = {c.name: c for c in all_contenders()}
-    if not names:
-        return list(known.values())
-    twice = repeated(names)
-    if twice:
-        raise ConfigError(f"--contender names {', '.join(twice)} more than once; name each "
-                          f"contender once")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ConfigError(f"unknown contender(s) {', '.join(map(repr, unknown))}; known: "
-                          f"{', '.join(known)}")
-    return [known[n] for n in names]
 
 
 @attrs.define(eq=False)
@@ -128,6 +59,12 @@ class ServeContext:
     #: Keep a pick only where the selection rows vouch for it beside dense, row by row
     #: (:mod:`~sparseloom.plan.paired_gate`; its verdicts in :attr:`gate`).
     paired_gate: bool = False
+    #: Where a policy's pick falls outside its margin on the held-out rows, the policy
+    #: chooses that task's variant again under a tighter selection margin until every pick
+    #: keeps it (:mod:`~sparseloom.evaluation.tightening`; each step in :attr:`tightened`).
+    tighten: bool = True
+    tightened: list[Tightened] = attrs.field(factory=list, init=False)
+    _levels: dict[tuple[Any, ...], dict[str, int]] = attrs.field(factory=dict, init=False)
     gate: Any = attrs.field(default=None, init=False)
     _gated: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
     #: Per tuned runtime found: its name, picks, SLOs, configuration, prediction and the
@@ -147,31 +84,69 @@ class ServeContext:
 
     def picks(self, slos: Mapping[str, SLO], policy: str = HEADLINE
               ) -> dict[str, tuple[int, ...]]:
-        """The stitched variant ``policy`` picks per task under ``slos``."""
+        """The stitched variant ``policy`` picks per task under ``slos`` (each within its
+        margin on the held-out rows when :attr:`tighten` is on)."""
+        from sparseloom.evaluation.judging import chain_precision
+        from sparseloom.evaluation.tightening import within_margins
         from sparseloom.plan.api import make_plan
+        from sparseloom.plan.gating import is_dense
 
         key = (policy, _slo_key(slos))
-        if key not in self._picks:
+        if key in self._picks:
+            return self._picks[key]
+        routes: dict[str, tuple[str, ...]] = {}
+
+        def plan(levels: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+            self._levels[key] = dict(levels)
             planned = make_plan(self.profile_for(slos, policy), policy=policy,
-                                slos=self.choosing(slos))
+                                slos=self.choosing(slos, policy)).plan
+            routes.clear()
+            routes.update({t: planned.processors_of(t) for t in planned.variants})
             self._picks[key] = {t: tuple(int(c) for c in v.choices)
-                                for t, v in planned.plan.variants.items()}
-            self._routes[key] = {t: planned.plan.processors_of(t)
-                                 for t in planned.plan.variants}
+                                for t, v in planned.variants.items()}
+            return self._picks[key]
+
+        def judge(task: str, pick: tuple[int, ...]) -> Judged | None:
+            if not self.tighten or is_dense(self.profile.task(task), pick):
+                return None
+            precision = chain_precision([self._processor_precision(p) for p in routes[task]])
+            return self.judged(task, pick, precision, slos[task].accuracy)
+
+        try:
+            levels, steps = within_margins(policy, slos, plan, judge)
+        except BaseException:
+            self._picks.pop(key, None)
+            raise
+        self._levels[key] = levels
+        self._routes[key] = dict(routes)
+        self.tightened += steps
         return self._picks[key]
 
     def profile_for(self, slos: Mapping[str, SLO], policy: str = HEADLINE) -> Any:
         """The table ``policy`` plans from under ``slos``: the profile, less the picks the
         paired gate refused when :attr:`paired_gate` is on (:func:`~sparseloom.plan.api.
         make_plan`'s gated table; each pick judged in its route's precision against the
-        margin ``slos`` allow, not the raised SLO the policy chooses at)."""
+        margin ``slos`` allow, not the raised SLO the policy chooses at), and less every
+        stitched variant of a task that :mod:`~sparseloom.evaluation.tightening` left only its
+        dense ones."""
+        from sparseloom.evaluation.tightening import DENSE_ONLY
+        from sparseloom.plan.gating import excluded_profile, stitched_rows
+
+        levels = self._levels.get((policy, _slo_key(slos)), {})
+        dense_only = sorted(t for t, level in levels.items() if level >= DENSE_ONLY)
+        table = self._gated_table(slos, policy)
+        return excluded_profile(table, {t: stitched_rows(self.profile.task(t))
+                                        for t in dense_only})
+
+    def _gated_table(self, slos: Mapping[str, SLO], policy: str) -> Any:
         if not self.paired_gate:
             return self.profile
         from sparseloom.evaluation.judging import chain_precision
         from sparseloom.plan.api import make_plan
         from sparseloom.plan.paired_gate import SelectionGate
 
-        key = (policy, _slo_key(slos))
+        choosing = self.choosing(slos, policy)
+        key = (policy, _slo_key(slos), _slo_key(choosing))
         if key in self._gated:
             return self._gated[key]
         gate = self.gate = self.gate or SelectionGate(self.workload, self.zoos, self.progress)
@@ -182,7 +157,7 @@ class ServeContext:
             return gate(task, pick, precision,
                         self.selection_accuracy(task, None) - slos[task].accuracy)
 
-        self._gated[key] = make_plan(self.profile, policy=policy, slos=self.choosing(slos),
+        self._gated[key] = make_plan(self.profile, policy=policy, slos=choosing,
                                      gate=verdict).table
         return self._gated[key]
 
@@ -202,16 +177,24 @@ class ServeContext:
             return self.processor_precisions[name]
         return judged_precision(self.precision) if name.startswith("ov:") else "f32"
 
-    def choosing(self, slos: Mapping[str, SLO]) -> dict[str, SLO]:
-        """The SLOs a policy chooses its variants under: ``slos`` with every accuracy raised
+    def choosing(self, slos: Mapping[str, SLO], policy: str = HEADLINE) -> dict[str, SLO]:
+        """The SLOs ``policy`` chooses its variants under: ``slos`` with every accuracy raised
         by :attr:`choose_above`, at most to the dense model's selection accuracy (a tighter
         margin down to none; asking more than dense leaves only variants that beat it by
-        chance on the selection rows, and plans bent to serve them)."""
-        if not self.choose_above:
+        chance on the selection rows, and plans bent to serve them), and a task's raised
+        further where its pick fell outside its margin on the held-out rows
+        (:func:`~sparseloom.evaluation.tightening.raised_slo`)."""
+        from sparseloom.evaluation.tightening import raised_slo
+
+        levels = self._levels.get((policy, _slo_key(slos)), {})
+        if not self.choose_above and not any(levels.values()):
             return dict(slos)
-        return {t: SLO(max(s.accuracy, min(s.accuracy + self.choose_above,
-                                           self.selection_accuracy(t, None))), s.latency_ms)
-                for t, s in slos.items()}
+        chosen = {}
+        for task, slo in slos.items():
+            dense = self.selection_accuracy(task, None)
+            floor = min(slo.accuracy + self.choose_above, dense)
+            chosen[task] = raised_slo(slo, levels.get(task, 0), dense, floor)
+        return chosen
 
     def tuned(self, name: str, slos: Mapping[str, SLO]) -> Any:
         """The tuned runtime ``name`` (``stock-tuned`` or ``picks-tuned``) under ``slos``.

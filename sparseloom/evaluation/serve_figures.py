@@ -33,7 +33,8 @@ import attrs
 
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.types import SLO, as_tuple
-from sparseloom.evaluation.contenders import HEADLINE, Contender, ServeContext
+from sparseloom.evaluation.contender import HEADLINE, Contender
+from sparseloom.evaluation.contenders import ServeContext
 from sparseloom.profile.machine_load import ForeignLoad, load_average
 from sparseloom.runtime import interrupts
 from sparseloom.runtime.summary import INTERRUPTED
@@ -87,6 +88,10 @@ class BenchOptions:
         paired_gate: keep a policy's pick only where the selection rows vouch for it beside
             dense, row by row, else plan again without it
             (:mod:`~sparseloom.plan.paired_gate`).
+        tighten: where a policy's pick falls outside its margin on the held-out rows, the
+            policy chooses that task's variant again under a tighter selection margin (half
+            the margin, then none, then dense variants only) until every pick keeps it
+            (:mod:`~sparseloom.evaluation.tightening`).
         keep_bytes: the backend-measured bytes of idle models kept loaded between runs
             (:func:`~sparseloom.runtime.kept.keep_loaded`; ``None``: every model until the
             benchmark ends). A bound trades memory for reloads between runs, which no run's
@@ -112,6 +117,7 @@ class BenchOptions:
     tuning_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     choose_above: float = attrs.field(default=0.0, validator=number_field(low=0))
     paired_gate: bool = True
+    tighten: bool = True
     keep_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0)))
 

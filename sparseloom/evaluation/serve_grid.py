@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from sparseloom.core.types import SLO, rotated
-from sparseloom.evaluation.contenders import Contender, ServeContext
+from sparseloom.evaluation.contender import Contender
+from sparseloom.evaluation.contenders import ServeContext
 from sparseloom.evaluation.serve_figures import (
     BenchOptions,
     Recorder,

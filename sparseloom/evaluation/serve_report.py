@@ -165,8 +165,10 @@ def render_markdown(report: dict[str, Any]) -> str:
 
             lines += render_simulated(result["simulated"])
     from sparseloom.evaluation.judging import render_judging
+    from sparseloom.evaluation.tightening import render_tightened
 
     lines += render_judging(report.get("judging") or {})
+    lines += render_tightened((report.get("judging") or {}).get("tightened") or [])
     from sparseloom.evaluation.pick_speedup import render_pick_speedups
 
     lines += render_pick_speedups(report.get("pick_speedups") or [])

@@ -19,7 +19,8 @@ import numpy as np
 
 from sparseloom.core.types import SLO, rotated
 from sparseloom.evaluation.closed_bound import closed_bounds
-from sparseloom.evaluation.contenders import Contender, ServeContext
+from sparseloom.evaluation.contender import Contender
+from sparseloom.evaluation.contenders import ServeContext
 from sparseloom.evaluation.serve_figures import (
     HEADLINE_CLOSED,
     BenchOptions,

@@ -10,7 +10,8 @@ import attrs
 
 from sparseloom.core.errors import ConfigError
 from sparseloom.core.types import SLO
-from sparseloom.evaluation.contenders import TUNED_PICKS_POLICY, Contender, ServeContext
+from sparseloom.evaluation.contender import TUNED_PICKS_POLICY, Contender
+from sparseloom.evaluation.contenders import ServeContext
 from sparseloom.evaluation.judging import judged_precision
 from sparseloom.evaluation.stock import STOCK_RUNTIMES, serve_stock
 from sparseloom.runtime.load import LoadSpec
@@ -25,13 +26,14 @@ def serve_contender(context: ServeContext, contender: Contender, spec: LoadSpec,
         from sparseloom.runtime.session import RunConfig, serve
 
         policy = contender.policy or contender.name
+        chosen = context.picks(slos, policy)  # first: they may tighten the SLOs it plans with
         summary = serve(context.workload, context.profile_for(slos, policy),
-                        RunConfig(policy=policy, slos=context.choosing(slos), load=spec,
+                        RunConfig(policy=policy, slos=context.choosing(slos, policy), load=spec,
                                   options=contender.options or RuntimeOptions(),
                                   memory_budget=context.memory_budget,
                                   # the context's table is gated already (profile_for)
                                   paired_gate=False)).summary
-        return _with_judged_accuracy(context, summary, context.picks(slos, policy),
+        return _with_judged_accuracy(context, summary, chosen,
                                      context.served_precisions(slos, policy), slos)
     if contender.name not in STOCK_RUNTIMES:
         raise ConfigError(f"unknown stock runtime {contender.name!r}")

@@ -25,7 +25,8 @@ from typing import Any
 
 from sparseloom.core.types import SLO
 from sparseloom.evaluation.closed_bound import ModelCost, costs_of, served_models
-from sparseloom.evaluation.contenders import Contender, ServeContext
+from sparseloom.evaluation.contender import Contender
+from sparseloom.evaluation.contenders import ServeContext
 from sparseloom.evaluation.serve_figures import spread
 
 #: No task may run below this share of its rate under the round's best stock runtime.

@@ -23,7 +23,7 @@ from sparseloom.core.errors import PlanError
 from sparseloom.core.types import SLO
 
 __all__ = ["EXCLUDED", "GATE_ATTEMPTS", "GATE_ATTEMPTS_ABOVE_DENSE", "PickGate", "Vouched",
-           "excluded_profile", "gated_profile", "is_dense"]
+           "excluded_profile", "gated_profile", "is_dense", "stitched_rows"]
 
 #: The accuracy an excluded variant reads: below every metric (they lie in [0, 1]), finite so
 #: that no policy's arithmetic on accuracies meets ``inf - inf``.
@@ -128,12 +128,18 @@ def gated_profile(profile: Any, plan: Callable[[Any], Mapping[str, Sequence[int]
             if refusals[task] < limit:
                 excluded.setdefault(task, set()).add(int(table.index(list(pick))))
                 continue
-            rows = np.arange(table.accuracy_estimated.shape[0])
-            excluded[task] = {int(r) for r, c in zip(rows, table.choices(rows), strict=True)
-                              if not is_dense(table, tuple(int(x) for x in c))}
+            excluded[task] = stitched_rows(table)
         if not failing:
             return current
         current = excluded_profile(profile, excluded)
+
+
+def stitched_rows(task: Any) -> set[int]:
+    """The rows of ``task`` (a task profile) whose variant is not dense at every position:
+    what :func:`excluded_profile` takes out to leave a task only its dense variants."""
+    rows = np.arange(task.accuracy_estimated.shape[0])
+    return {int(r) for r, c in zip(rows, task.choices(rows), strict=True)
+            if not is_dense(task, tuple(int(x) for x in c))}
 
 
 def is_dense(task: Any, pick: Sequence[int]) -> bool:

@@ -14,12 +14,8 @@ import attrs
 import pytest
 
 from sparseloom.core.errors import ConfigError
-from sparseloom.evaluation.contenders import (
-    ServeContext,
-    all_contenders,
-    profile_context,
-    select_contenders,
-)
+from sparseloom.evaluation.contender import all_contenders, select_contenders
+from sparseloom.evaluation.contenders import ServeContext, profile_context
 from sparseloom.evaluation.serve_figures import BenchOptions, Recorder
 from sparseloom.evaluation.stock import STOCK_RUNTIMES
 
@@ -380,7 +376,7 @@ def test_a_row_without_figures_says_whether_its_runs_failed_or_lost_accuracy() -
 def test_a_policy_contender_may_serve_another_policy_with_its_own_runtime_settings(
         context: ServeContext) -> None:
     from sparseloom.core.types import SLO
-    from sparseloom.evaluation.contenders import Contender
+    from sparseloom.evaluation.contender import Contender
     from sparseloom.evaluation.serving import serve_contender
     from sparseloom.runtime.load import LoadSpec
     from sparseloom.runtime.options import RuntimeOptions

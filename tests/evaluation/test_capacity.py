@@ -100,7 +100,8 @@ def test_capacity_search_finds_the_known_capacity(tmp_path: Path,
     # search found about half the M/G/1 rate (2 of 2 fresh-clone runs); the cause is not found
     # yet. The search itself is what this test checks, so the models load unprobed here.
     monkeypatch.setenv("SPARSELOOM_ISOLATION", "off")
-    from sparseloom.evaluation.contenders import ServeContext, select_contenders
+    from sparseloom.evaluation.contender import select_contenders
+    from sparseloom.evaluation.contenders import ServeContext
     from sparseloom.evaluation.serve_figures import BenchOptions, Recorder, dense_slos
     from sparseloom.evaluation.serve_scenarios import capacity, closed
     from sparseloom.profile.builder import ProfileOptions, build_profile

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sparseloom.evaluation.contenders import Contender
+from sparseloom.evaluation.contender import Contender
 from sparseloom.evaluation.serve_figures import BenchOptions
 from sparseloom.evaluation.serve_report import render_markdown
 from sparseloom.evaluation.sim_check import compare, measured_slowdown, simulated_closed
