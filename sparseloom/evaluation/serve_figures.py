@@ -292,6 +292,16 @@ def ratios_per_round(values: Mapping[str, Mapping[int, float]],
     return out
 
 
+def best_stock(headline: Mapping[str, Mapping[int, float]],
+               rates: Mapping[str, Mapping[int, Any]], contenders: Sequence[Contender],
+               round_index: int) -> str | None:
+    """The round's best stock runtime by the scenario's ``headline`` figure (throughput,
+    STP) among those with a figure and task rates that round; ``None`` when none has."""
+    rivals = [c.name for c in contenders if c.is_stock and round_index in headline.get(c.name, {})
+              and round_index in rates.get(c.name, {})]
+    return max(rivals, key=lambda n: headline[n][round_index]) if rivals else None
+
+
 def _groups(contenders: Sequence[Contender]) -> dict[str, list[str]]:
     return {"vs_best_stock": [c.name for c in contenders if c.is_stock],
             "vs_best_baseline": [c.name for c in contenders if c.is_baseline],

@@ -25,6 +25,7 @@ from sparseloom.evaluation.serve_figures import (
     HEADLINE_CLOSED,
     BenchOptions,
     Recorder,
+    best_stock,
     dense_slos,
     factors,
     family_ratios,
@@ -183,17 +184,14 @@ def _worst_task(headline: Mapping[str, Mapping[int, float]],
     """Per sparseloom policy and round, its lowest task rate ÷ that task's rate under the
     round's best stock runtime (by the scenario's ``headline`` figure: STP, throughput), and
     which task it was."""
-    stock = [c.name for c in contenders if c.is_stock]
     out: dict[str, dict[str, Any]] = {}
     for policy in (c.name for c in contenders if c.is_sparseloom):
         per_round: dict[int, float] = {}
         tasks: list[str] = []
         for round_index, own in rates.get(policy, {}).items():
-            rivals = [n for n in stock if round_index in headline.get(n, {})
-                      and round_index in rates.get(n, {})]
-            if not rivals:
+            best = best_stock(headline, rates, contenders, round_index)
+            if best is None:
                 continue
-            best = max(rivals, key=lambda n: headline[n][round_index])
             theirs = rates[best][round_index]
             compared = [(own[t] / theirs[t], t) for t in own
                         if theirs.get(t, 0) > 0 and own[t] == own[t]]  # nan: nothing served

@@ -27,7 +27,7 @@ from sparseloom.core.types import SLO
 from sparseloom.evaluation.closed_bound import ModelCost, costs_of, served_models
 from sparseloom.evaluation.contender import Contender
 from sparseloom.evaluation.contenders import ServeContext
-from sparseloom.evaluation.serve_figures import spread
+from sparseloom.evaluation.serve_figures import best_stock, spread
 
 #: No task may run below this share of its rate under the round's best stock runtime.
 TASK_FLOOR = 0.9
@@ -74,7 +74,6 @@ def steady_bounds(context: ServeContext, contenders: Sequence[Contender],
     out: dict[str, Any] = {"ceiling": {}, "floors_unreachable": {}, "unmeasured": []}
     if not context.measured_alone():
         return out
-    stock = [c.name for c in contenders if c.is_stock]
     for policy in (c for c in contenders if c.is_sparseloom):
         costs = costs_of(context, served_models(context, policy, slos), slos)
         if costs is None:
@@ -82,10 +81,9 @@ def steady_bounds(context: ServeContext, contenders: Sequence[Contender],
             continue
         per_round, unreachable = [], 0
         for r in stp.get(policy.name, {}):
-            rivals = [n for n in stock if r in stp.get(n, {}) and r in rates.get(n, {})]
-            if not rivals:
+            best = best_stock(stp, rates, contenders, r)
+            if best is None:
                 continue
-            best = max(rivals, key=lambda n: stp[n][r])
             floors = {t: TASK_FLOOR * v for t, v in rates[best][r].items() if v == v}
             bound = stp_bound(costs, isolated_ms, floors, len(context.cores))
             if bound is None:
