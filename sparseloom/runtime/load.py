@@ -49,11 +49,14 @@ class LoadSpec:
             than a tenth of its ``queries`` requests already over its latency SLO misses its
             p90 whatever the rest do (MLPerf LoadGen's early stopping, in its simplest exact
             form). The run is then cut short (its summary says so). Needs ``queries``.
-        min_duration_s: closed loop only: go on issuing past ``queries`` until this many
-            seconds have passed, so a run lasts at least this long or ``queries`` per task,
-            whichever ends later (``None``: ``queries`` alone). A run of a few hundred
-            sub-millisecond requests ends within one scheduler tick, where its rate is timer
-            noise.
+        min_duration_s: closed loop only: a run lasts at least this long or ``queries`` per
+            task, whichever ends later (``None``: ``queries`` alone). Once every task has
+            issued its ``queries`` before this many seconds have passed, every task issues
+            another ``queries`` (a *pass*), and so on: every task issues the same number of
+            passes, so a run's work is a whole number of passes of the same requests, however
+            fast each task goes (a light task does not go on alone while a long one finishes
+            its pass). A run of a few hundred sub-millisecond requests ends within one
+            scheduler tick, where its rate is timer noise.
     """
 
     kind: LoadKind = attrs.field(default="closed", validator=choice_field("closed", "poisson"))
@@ -127,6 +130,8 @@ class _Driver:
     early_stop: bool = attrs.field(init=False)
     missed: dict[str, int] = attrs.field(factory=dict)
     stopped_early: bool = False
+    #: Passes of ``queries`` per task opened so far (``LoadSpec.min_duration_s``).
+    passes: int = 1
 
     def __attrs_post_init__(self) -> None:
         self.early_stop = self.spec.early_stop
@@ -150,12 +155,22 @@ class _Driver:
     def _wants(self, count: int) -> bool:
         """Whether a task that has issued ``count`` requests issues another (stop aside)."""
         spec = self.spec
-        if spec.queries is not None and count >= spec.queries and not (
-                spec.min_duration_s is not None
-                and time.perf_counter() - self.started_s < spec.min_duration_s):
+        if spec.queries is not None and count >= spec.queries * self.passes:
             return False
         return spec.duration_s is None or (
             time.perf_counter() - self.started_s < spec.duration_s)
+
+    def _next_pass(self) -> list[str]:
+        """Under the lock: open another pass when every task has issued this one's requests
+        and the run is shorter than its minimum; the tasks with nothing in flight, to issue
+        again (the others issue from their next end)."""
+        spec = self.spec
+        if (spec.min_duration_s is None or spec.queries is None or self.stop.is_set()
+                or any(self.issued[t] < spec.queries * self.passes for t in self.tasks)
+                or time.perf_counter() - self.started_s >= spec.min_duration_s):
+            return []
+        self.passes += 1
+        return [t for t in self.tasks if self.issued[t] == self.ended[t]]
 
     def issue(self, task: str) -> None:
         with self._lock:
@@ -171,9 +186,9 @@ class _Driver:
     def on_finish(self, request: Request) -> None:
         """Count the ended request; in closed loop issue the task's next one from here.
 
-        Closed loop keeps one request per task in flight, so only the thread that ends a
-        task's request touches that task's counters: no lock on this path (joins and Poisson
-        arrivals, which race with it, take the lock).
+        Closed loop keeps one request per task in flight; the decision to issue the next
+        takes the lock, as joins, Poisson arrivals and a new pass (which issues for the
+        tasks with nothing in flight) do.
         """
         task = request.task
         if self.early_stop and request.latency_ms > self.runtime.slos[task].latency_ms:
@@ -182,12 +197,18 @@ class _Driver:
                 self.stop.set()  # this task's p90 misses its SLO whatever comes next
                 self.stopped_early = True
         if self.closed:
-            ended = self.ended[task] = self.ended[task] + 1
-            count = self.issued[task]
-            if not self.stop.is_set() and self._wants(count):
-                self.issued[task] = count + 1
+            with self._lock:
+                ended = self.ended[task] = self.ended[task] + 1
+                count = self.issued[task]
+                go = not self.stop.is_set() and self._wants(count)
+                if go:
+                    self.issued[task] = count + 1
+                idle = [] if go else self._next_pass()
+            if go:
                 rows = self.samples[task]
                 self.runtime.submit(task, rows[count % len(rows)])
+            for other in idle:
+                self.issue(other)
         else:
             with self._lock:
                 ended = self.ended[task] = self.ended[task] + 1

@@ -74,10 +74,22 @@ def test_a_closed_run_lasts_its_minimum_duration_or_its_queries(tiny: tuple[Any,
     summary = run(tiny, LoadSpec("closed", queries=10, min_duration_s=0.4)).summary
     # (the last request's end is stamped just before the check that stops issuing)
     assert summary.wall_s >= 0.35 and summary.submitted == summary.completed > 10
+    assert summary.completed % 10 == 0  # whole passes of the queries
     # The queries end later than the minimum: exactly the queries.
     assert run(tiny, LoadSpec("closed", queries=30, min_duration_s=1e-6)).summary.completed == 30
     with pytest.raises(ConfigError, match="minimum duration is for closed loads"):
         LoadSpec("poisson", queries=10, rate=5.0, min_duration_s=1.0)
+
+
+def test_a_minimum_duration_gives_every_task_the_same_whole_passes(
+        two_tasks: tuple[Any, Any]) -> None:
+    # A pass of 10 requests per task ends in milliseconds: the run takes many, and no task
+    # goes on alone (each task's requests are a whole number of passes, the same for all).
+    summary = run(two_tasks, LoadSpec("closed", queries=10, min_duration_s=0.3)).summary
+    done = {t.task: t.completed for t in summary.tasks}
+    assert summary.wall_s >= 0.25 and len(set(done.values())) == 1, done
+    (count,) = set(done.values())
+    assert count > 10 and count % 10 == 0 and summary.submitted == summary.completed
 
 
 def test_duration_stops_issuing(tiny: tuple[Any, Any]) -> None:
