@@ -30,6 +30,7 @@ import numpy as np
 
 from sparseloom.core.types import SLO, Plan
 from sparseloom.plan.feasible import TaskChoice, build_plan, distance_to_slo
+from sparseloom.plan.gating import EXCLUDED
 from sparseloom.plan.orders import all_orders, latency_matrix
 from sparseloom.plan.policy import ProfilePolicy
 from sparseloom.plan.slo_grid import original_rows
@@ -75,11 +76,16 @@ def _pick(profile: TaskProfile, mode: str, slo: SLO, latency: np.ndarray) -> tup
 
     An original with infinite latency cannot run where it would be placed (a processor that
     computes it differently from the profile's accuracies, ``faithful_profile``): it is chosen
-    only when no original can."""
+    only when no original can. Nor is one a gate took out of the table (its accuracy reads
+    :data:`~sparseloom.plan.gating.EXCLUDED`) while another remains: the latency-optimal
+    selection, which ignores accuracy, would otherwise choose it again and again."""
     accuracy = profile.accuracy()[original_rows(profile)]
-    placeable = np.isfinite(latency)
-    if placeable.any():
-        accuracy = np.where(placeable, accuracy, -np.inf)
+    candidates = np.isfinite(latency) & (accuracy > EXCLUDED)
+    if not candidates.any():
+        candidates = np.isfinite(latency)
+    if candidates.any():
+        accuracy = np.where(candidates, accuracy, -np.inf)
+        latency = np.where(candidates, latency, np.inf)
     names = profile.variant_names
     if mode == "ao":
         index = int(np.lexsort((latency, -accuracy))[0])

@@ -175,3 +175,19 @@ def test_not_partitioned_places_the_longest_task_first_by_earliest_finish(name: 
         "x": ("p0",), "y": ("p1",), "z": ("p1",)}
     # each task's own isolated latency, not its finish time on the shared processor
     assert made.estimated_latency_ms == pytest.approx({"x": 3.0, "y": 2.0, "z": 2.0})
+
+
+@pytest.mark.parametrize("name", ["sv-lo-p", "sv-lo-np", "sv-ao-p", "av-np"])
+def test_an_original_a_gate_took_out_is_never_chosen_while_another_remains(name: str) -> None:
+    from sparseloom.plan.gating import excluded_profile
+
+    table = hand_table()
+    chosen = plan(name, LOOSE).variants["a"].choices[0]
+    # The paired gate refused it: its rows read EXCLUDED (the latency-optimal baselines
+    # ignore accuracy, and chose it again until the gate gave up; 2026-12-07).
+    row = int(table.task("a").index([chosen, chosen]))
+    gated = excluded_profile(table, {"a": {row}})
+    made = get_registry().create("policy", name).plan(list(gated.tasks), gated,
+                                                      gated.processors, LOOSE)
+    assert made.variants["a"].choices[0] != chosen
+    assert made.variants["b"].choices == plan(name, LOOSE).variants["b"].choices
