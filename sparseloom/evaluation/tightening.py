@@ -108,7 +108,7 @@ def within_margins(policy: str, slos: Mapping[str, SLO],
             if levels.get(task, 0) >= DENSE_ONLY:
                 raise PlanError(f"{policy} chose {task}'s stitched variant {judged.model} from "
                                 f"a table left only its dense variants; lower {task}'s "
-                                f"accuracy SLO, or benchmark without --tighten")
+                                f"accuracy SLO, or benchmark with --no-tighten")
             outside.append(judged)
         if not outside:
             return levels, steps
