@@ -1,17 +1,19 @@
-"""Stage times as the profiler takes them (cold) against the same stages called back to back (hot).
+"""Stage times called once per round (cold) against the same stages called back to back (hot).
 
-The profiler times every subgraph one call at a time, interleaved with every other subgraph of
-the task, on a pinned thread that waits on its queue between calls (docs/profile.md). Under a
-closed loop or any steady load a worker calls its models back to back instead. This measures,
-with the profiler's own pinned threads and the backends' own loaded models, each subgraph
-both ways, and prints per task and processor the median over subgraphs of
+Called once per round, interleaved with every other subgraph of the task on a pinned thread
+that waits on its queue between calls, a subgraph runs cold; under a closed loop or any steady
+load a worker calls its models back to back instead, hot. The profiler times a burst per round
+and records both (``latency_ms`` hot, ``latency_cold_ms`` its first call; ``--burst 1``: one
+cold call, as before 2026-12-07; docs/profile.md). This measures, with the profiler's own
+pinned threads and the backends' own loaded models, each subgraph both ways, and prints per
+task and processor the median over subgraphs of
 
-* ``cold ÷ profile``: the profiler's way now, against the cached profile table;
+* ``cold ÷ profile``: one call per round, against the cached profile table's ``latency_ms``;
 * ``hot ÷ profile``: a burst of back-to-back calls (the median of calls 2..``--burst``);
 * ``cold ÷ hot``: how much a cold call costs over a hot one.
 
-Where ``cold ÷ hot`` differs between processors, the profile ranks them otherwise than a busy
-worker finds them (docs/results.md, *Cold and hot stage times*):
+Where ``cold ÷ hot`` differs between processors, a table of cold calls ranks them otherwise
+than a busy worker finds them (docs/results.md, *Cold and hot stage times*):
 
     .venv/bin/python benchmarks/cold_hot.py benchmarks/workloads/mix.toml \\
         -p 'ov:CPU?INFERENCE_PRECISION_HINT=bf16' -p ort:CPU

@@ -236,6 +236,10 @@ def _command_line(ctx: click.Context) -> str:
 @click.option("--statistic", type=click.Choice(["median", "p25", "p10", "min"]),
               default="p25", show_default=True,
               help="What of the timed rounds a latency records; p25 resists a busy machine.")
+@click.option("--burst", type=MEASUREMENTS.at_least(1), default=None,
+              help="Calls per timed sample: 1 times a cold call; N > 1 the median of calls 2..N "
+                   "of N back to back (hot), as a busy worker makes them (default: the "
+                   "profiler's, docs/profile.md).")
 @click.option("--subgraphs", "-S", type=SUBGRAPHS, default=None,
               help="S (default: one per processor).")
 @click.option("--variants", default=None,
@@ -272,7 +276,8 @@ def _command_line(ctx: click.Context) -> str:
 @executor_options
 def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimator: str | None,
                     latency_estimator: str | None, samples: int | None, features: str | None,
-                    repeats: int, warmup: int, statistic: str, subgraphs: int | None, seed: int,
+                    repeats: int, warmup: int, statistic: str, burst: int | None,
+                    subgraphs: int | None, seed: int,
                     validate: bool, latency_samples: int, exhaustive_chains: int,
                     redraws: int, no_ablation: bool, refresh: str | None,
                     refresh_sample: int, refresh_rounds: int | None,
@@ -300,7 +305,8 @@ def profile_command(workload: str, processors: tuple[str, ...], accuracy_estimat
     options = profile_options(
         loaded, accuracy_estimator=accuracy_estimator, latency_estimator=latency_estimator,
         samples=samples, feature_set=features,
-        config=ProfilerConfig(warmup=warmup, repeats=repeats, statistic=statistic),
+        config=ProfilerConfig(warmup=warmup, repeats=repeats, statistic=statistic,
+                              **({} if burst is None else {"burst": burst})),
         subgraphs=subgraphs, seed=seed, variants=_variant_list(variants),
         **(executor_settings or {}))
     progress = sys.stderr.isatty()

@@ -9,7 +9,7 @@ generator and summary, so contenders differ only in what runs where.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -17,9 +17,11 @@ from sparseloom.core.types import SLO
 from sparseloom.evaluation.contender import HEADLINE, TUNED_PICKS_POLICY
 from sparseloom.evaluation.judging import Judged, judged_precision
 from sparseloom.evaluation.stock import STOCK_RUNTIMES, serve_stock
-from sparseloom.evaluation.tightening import Tightened
 from sparseloom.runtime.load import LoadSpec
 from sparseloom.runtime.summary import RunSummary
+
+if TYPE_CHECKING:
+    from sparseloom.evaluation.tightening import Tightened
 
 
 @attrs.define(eq=False)
@@ -67,6 +69,7 @@ class ServeContext:
     _levels: dict[tuple[Any, ...], dict[str, int]] = attrs.field(factory=dict, init=False)
     gate: Any = attrs.field(default=None, init=False)
     _gated: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
+    _planned_from: dict[tuple[Any, ...], Any] = attrs.field(factory=dict, init=False)
     #: Per tuned runtime found: its name, picks, SLOs, configuration, prediction and the
     #: measurements it was chosen from.
     tunings: list[dict[str, Any]] = attrs.field(factory=list, init=False)
@@ -133,10 +136,13 @@ class ServeContext:
         from sparseloom.plan.gating import excluded_profile, stitched_rows
 
         levels = self._levels.get((policy, _slo_key(slos)), {})
-        dense_only = sorted(t for t, level in levels.items() if level >= DENSE_ONLY)
-        table = self._gated_table(slos, policy)
-        return excluded_profile(table, {t: stitched_rows(self.profile.task(t))
-                                        for t in dense_only})
+        dense_only = tuple(sorted(t for t, level in levels.items() if level >= DENSE_ONLY))
+        key = (policy, _slo_key(slos), _slo_key(self.choosing(slos, policy)), dense_only)
+        if key not in self._planned_from:
+            table = self._gated_table(slos, policy)
+            self._planned_from[key] = excluded_profile(
+                table, {t: stitched_rows(self.profile.task(t)) for t in dense_only})
+        return self._planned_from[key]
 
     def _gated_table(self, slos: Mapping[str, SLO], policy: str) -> Any:
         if not self.paired_gate:

@@ -212,7 +212,8 @@ def apply_device(profile: ProfileTable, device: DeviceFile) -> ProfileTable:
             handoff_ms=np.repeat(handoff_pair[None], max(s - 1, 0), 0),
             accuracy_estimated=task.accuracy_estimated,
             accuracy_measured=task.accuracy_measured, fidelity_error=task.fidelity_error,
-            latency_median_ms=scaled(task.latency_median_ms))
+            latency_median_ms=scaled(task.latency_median_ms),
+            latency_cold_ms=scaled(task.latency_cold_ms))
     meta = dict(profile.meta) | {"simulated_device": device.name, "device_file": device.path,
                                  "reference_processor": device.reference}
     return ProfileTable(f"{profile.workload}@{device.name}", names, tasks, meta)

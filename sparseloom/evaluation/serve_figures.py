@@ -199,10 +199,11 @@ def dense_slos(context: ServeContext, latency_ms: Mapping[str, float] | None = N
 
 
 def isolated_dense_ms(context: ServeContext) -> dict[str, float]:
-    """Each task's dense model, whole, on its fastest processor: the profile's summed stages."""
+    """Each task's dense model, whole, on its fastest processor: the profile's summed cold
+    stages (a lone request's; ``TaskProfile.latency_cold_ms``)."""
     out = {}
     for name in context.workload.task_names:
-        latency = context.profile.task(name).latency_ms  # (S, V, P)
+        latency = context.profile.task(name).latency_cold_ms  # (S, V, P)
         out[name] = float(latency[:, 0, :].sum(axis=0).min())
     return out
 

@@ -144,7 +144,7 @@ def restrict_profile(table: ProfileTable, processors: Sequence[str]) -> ProfileT
     for name, profile in table.tasks.items():
         changes = {field: getattr(profile, field)[:, :, keep] for field in (
             "latency_ms", "latency_spread_ms", "compile_ms", "load_ms", "memory_bytes",
-            "latency_median_ms", "numerics_error")}
+            "latency_median_ms", "numerics_error", "latency_cold_ms")}
         changes["handoff_ms"] = profile.handoff_ms[:, keep][:, :, keep]
         changes["served_accuracy"] = profile.served_accuracy[:, keep]
         tasks[name] = attrs.evolve(profile, **changes)

@@ -5,8 +5,9 @@ For one task: the observed accuracy range of its original (unstitched) variants 
 uniformly spaced points on each, and their Cartesian product (25 SLOs), accuracy-major.
 
 A variant's observed latency is its estimated chain latency under its fastest processor order
-(every assignment of positions to the profile's processors): the latency that variant can
-deliver on this machine. Accuracies are clipped to [0, 1].
+(every assignment of positions to the profile's processors), from the profile's cold stage
+times (``TaskProfile.cold``): the latency a lone request of that variant finds on this machine.
+Accuracies are clipped to [0, 1].
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def original_latency_ms(profile: TaskProfile) -> np.ndarray:
     processor that cannot run one of its subgraphs (a NaN cell: unsupported, or crashed in
     its probe) is skipped; NaN only when no order runs it."""
     orders = all_orders(profile.n_positions, range(profile.latency_ms.shape[2]))
-    return np.fmin.reduce(latency_matrix(profile, original_rows(profile), orders), axis=1)
+    cold = profile.cold()
+    return np.fmin.reduce(latency_matrix(cold, original_rows(cold), orders), axis=1)
 
 
 def slo_ranges(profile: TaskProfile) -> tuple[tuple[float, float], tuple[float, float]]:

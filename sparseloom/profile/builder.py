@@ -212,6 +212,7 @@ def _profile_task(
         variant_levels=features.levels, source_accuracy=features.source_accuracy,
         latency_ms=measurement["latency_ms"], latency_spread_ms=measurement["spread_ms"],
         latency_median_ms=measurement["median_ms"],
+        latency_cold_ms=measurement.get("cold_ms", measurement["latency_ms"]),
         compile_ms=measurement["compile_ms"], load_ms=measurement["load_ms"],
         memory_bytes=measurement["memory_bytes"],
         handoff_ms=handoff, accuracy_estimated=estimated, accuracy_measured=accuracy_measured,

@@ -48,6 +48,7 @@ from sparseloom.profile.rounds import (
     SingleTiming,
     Timing,
     schedule,
+    timed,
 )
 
 log = logging.getLogger(__name__)
@@ -72,17 +73,27 @@ class ProfilerConfig:
             undisturbed latency far more stably than the median (latency MAPE 6.5% against 23%
             on ``vision``, ``docs/results.md``). The same statistic is used for subgraphs,
             hand-offs and validation chains; the median is recorded as well.
+        burst: calls per timed sample. 1 times one *cold* call per round (the model last
+            ran a round ago, as under sparse arrivals); ``n`` > 1 runs the subgraph, hand-off
+            pair or chain ``n`` times back to back and takes the median of calls 2..n, a
+            *hot* call (as a busy worker makes them: weights in cache, the ISA's state set).
+            Cold ÷ hot differs by processor (bf16 OpenVINO 1.9×, ONNX Runtime 1.4× on
+            ``default``'s ``sentiment``, Intel Xeon with AMX, docs/results.md), so the two
+            rank processors and variants differently.
     """
 
     warmup: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     repeats: int = attrs.field(default=20, validator=attrs.validators.ge(3))
     statistic: str = attrs.field(default="p25",
                                  validator=attrs.validators.in_(tuple(STATISTICS)))
+    burst: int = attrs.field(default=5, validator=attrs.validators.ge(1))
 
     def cache_key(self) -> dict[str, Any]:
         """What of this config changes the measurements (part of the profile cache key)."""
-        return {"warmup": self.warmup, "repeats": self.repeats, "batch_size": 1,
-                "batch_fixed": True, "schedule": 4, "statistic": self.statistic}
+        key = {"warmup": self.warmup, "repeats": self.repeats, "batch_size": 1,
+               "batch_fixed": True, "schedule": 4, "statistic": self.statistic}
+        # burst 1 keeps the key profiles had before bursts (their cold calls are reused)
+        return key | ({"burst": self.burst, "cold_ms": True} if self.burst > 1 else {})
 
     def reduce(self, samples: np.ndarray) -> float:
         """The configured statistic of ``samples`` (NaN when empty)."""
@@ -137,13 +148,21 @@ class TaskMeasurement:
     failures: list[ProfileFailure]
     chain_ms: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
     chain_spread_ms: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
+    #: The statistic of each round's first call of a burst (a cold call), (S, V, P); empty
+    #: where not recorded (:meth:`cold` then gives ``latency_ms``).
+    cold_ms: np.ndarray = attrs.field(factory=lambda: np.zeros(0))
+
+    def cold(self) -> np.ndarray:
+        """Each subgraph's cold-call latency: :attr:`cold_ms`, else :attr:`latency_ms`."""
+        return self.cold_ms if self.cold_ms.shape == self.latency_ms.shape else self.latency_ms
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays, for an ``.npz`` cache file."""
         return {"latency_ms": self.latency_ms, "median_ms": self.median_ms,
                 "spread_ms": self.spread_ms,
                 "compile_ms": self.compile_ms, "load_ms": self.load_ms,
-                "memory_bytes": self.memory_bytes, "handoff_ms": self.handoff_ms}
+                "memory_bytes": self.memory_bytes, "handoff_ms": self.handoff_ms,
+                "cold_ms": self.cold()}
 
 
 def default_backend_resolver(processor: Processor) -> Any:
@@ -190,10 +209,12 @@ class _Loaded:
         names = getattr(handle, "input_names", None) or tuple(self.by_key[cell[:2]].inputs)
         return Stage(cell[2], call or direct_call(backend, handle), tuple(names))
 
-    def run(self, threads: PinnedThreads, item: Timing) -> float:
+    def run(self, threads: PinnedThreads, item: Timing, burst: int = 1) -> tuple[float, float]:
+        """``item``'s (hot, cold) sample of one round (:func:`~sparseloom.profile.rounds.
+        timed`)."""
         cells = item.cells()
         stages = [self.stage(cell) for cell in cells]
-        return item.sample(threads.run(stages, self.by_key[cells[0][:2]].inputs))
+        return timed(threads, item, stages, self.by_key[cells[0][:2]].inputs, burst)
 
 
 def measure_task(
@@ -226,7 +247,8 @@ def measure_task(
         compile_ms=np.full(shape, np.nan), load_ms=np.full(shape, np.nan),
         memory_bytes=np.zeros(shape, dtype=np.int64),
         handoff_ms=np.full((max(positions - 1, 0), count, count), np.nan), failures=[],
-        chain_ms=np.full(len(chains), np.nan), chain_spread_ms=np.full(len(chains), np.nan))
+        chain_ms=np.full(len(chains), np.nan), chain_spread_ms=np.full(len(chains), np.nan),
+        cold_ms=np.full(shape, np.nan))
     loaded = _Loaded({(job.position, job.variant): job for job in jobs})
     tick = tick or (lambda _: None)
 
@@ -316,10 +338,11 @@ def _time_rounds(
     seed: int, warm_chains: bool, processors: Sequence[Processor],
     fail: Callable[[tuple[int, int, str, str], BaseException], None],
     tick: Callable[[int], None],
-) -> dict[Timing, list[float]]:
+) -> dict[Timing, list[tuple[float, float]]]:
     """``config.repeats`` interleaved rounds (after ``config.warmup`` untimed ones when there
-    are validation chains to warm up); the samples of every item that never failed."""
-    samples: dict[Timing, list[float]] = {item: [] for item in items}
+    are validation chains to warm up); the (hot, cold) samples of every item that never
+    failed (:meth:`_Loaded.run`)."""
+    samples: dict[Timing, list[tuple[float, float]]] = {item: [] for item in items}
     failed: set[Timing] = set()
     rng = np.random.default_rng(seed)
     for round_index in range(-config.warmup if warm_chains else 0, config.repeats):
@@ -327,7 +350,7 @@ def _time_rounds(
             if item in failed:
                 continue
             try:
-                elapsed = loaded.run(threads, item)
+                elapsed = loaded.run(threads, item, config.burst)
             except Exception as error:
                 fail(item.where(processors), error)
                 failed.add(item)
@@ -339,14 +362,15 @@ def _time_rounds(
             if item not in failed and values}
 
 
-def _record(result: TaskMeasurement, samples: Mapping[Timing, list[float]],
+def _record(result: TaskMeasurement, samples: Mapping[Timing, list[tuple[float, float]]],
             config: ProfilerConfig) -> None:
     """Reduce every item's samples into its cell of ``result``."""
-    for item, values in samples.items():
-        array = np.asarray(values)
+    for item, pairs in samples.items():
+        array, cold = (np.asarray(column) for column in zip(*pairs, strict=True))
         if isinstance(item, SingleTiming):
             cell = item.cells()[0]
             result.latency_ms[cell] = config.reduce(array)
+            result.cold_ms[cell] = config.reduce(cold)
             result.median_ms[cell] = float(np.median(array))
             result.spread_ms[cell] = _spread(array)
         elif isinstance(item, HandoffTiming):

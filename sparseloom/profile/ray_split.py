@@ -69,12 +69,14 @@ def merge_measurements(results: Sequence[TaskMeasurement], groups: Sequence[Sequ
         latency_ms=np.full(cells, np.nan), median_ms=np.full(cells, np.nan),
         spread_ms=np.full(cells, np.nan), compile_ms=np.full(cells, np.nan),
         load_ms=np.full(cells, np.nan), memory_bytes=np.zeros(cells, dtype=np.int64),
-        handoff_ms=np.full((first.handoff_ms.shape[0], count, count), np.nan), failures=[])
+        handoff_ms=np.full((first.handoff_ms.shape[0], count, count), np.nan), failures=[],
+        cold_ms=np.full(cells, np.nan))
     for result, indices in zip(results, groups, strict=True):
         where = np.asarray(indices)
         for field in ("latency_ms", "median_ms", "spread_ms", "compile_ms", "load_ms",
                       "memory_bytes"):
             getattr(merged, field)[:, :, where] = getattr(result, field)
+        merged.cold_ms[:, :, where] = result.cold()
         merged.handoff_ms[:, where[:, None], where[None, :]] = result.handoff_ms
         merged.failures.extend(result.failures)
     return merged

@@ -337,19 +337,20 @@ def _rescaled(profile: TaskProfile, checks: Sequence[DriftCheck]) -> TaskProfile
     """``profile`` with every drifted processor's cells (and hand-offs into it) × its factor."""
     latency, median = profile.latency_ms.copy(), profile.latency_median_ms.copy()
     spread, handoff = profile.latency_spread_ms.copy(), profile.handoff_ms.copy()
+    cold = profile.latency_cold_ms.copy()
     for p, check in enumerate(checks):
         if check.drifted:
-            for array in (latency, median, spread):
+            for array in (latency, median, spread, cold):
                 array[:, :, p] *= check.factor
             handoff[:, :, p] *= check.factor  # the wake-up of p's thread
     return attrs.evolve(profile, latency_ms=latency, latency_median_ms=median,
-                        latency_spread_ms=spread, handoff_ms=handoff)
+                        latency_spread_ms=spread, handoff_ms=handoff, latency_cold_ms=cold)
 
 
 def _replaced(profile: TaskProfile, full: TaskMeasurement) -> TaskProfile:
     """``profile`` with every latency cell and hand-off re-timed."""
     return attrs.evolve(profile, latency_ms=full.latency_ms, latency_median_ms=full.median_ms,
-                        latency_spread_ms=full.spread_ms,
+                        latency_spread_ms=full.spread_ms, latency_cold_ms=full.cold(),
                         handoff_ms=np.nan_to_num(full.handoff_ms, nan=0.0))
 
 
@@ -370,7 +371,7 @@ def _persist(table: ProfileTable, tasks: Sequence[Any], record: dict[str, Any]) 
         profile = table.task(task.name)
         arrays = {**arrays, "latency_ms": profile.latency_ms,
                   "median_ms": profile.latency_median_ms, "spread_ms": profile.latency_spread_ms,
-                  "handoff_ms": profile.handoff_ms}
+                  "handoff_ms": profile.handoff_ms, "cold_ms": profile.latency_cold_ms}
         meta = {**meta, "refresh": [*meta.get("refresh", []), record],
                 REFERENCE: table.meta.get(REFERENCE, {}).get(task.name),
                 "timing_load": table.meta.get("timing_load", {}).get(task.name,

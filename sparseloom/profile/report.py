@@ -154,7 +154,7 @@ def _latency_entry(
                                                 chains, store, progress)
     now = ProfileTable(table.workload, table.processors, {task.name: attrs.evolve(
         profile, latency_ms=fresh.latency_ms, latency_spread_ms=fresh.spread_ms,
-        latency_median_ms=fresh.median_ms,
+        latency_median_ms=fresh.median_ms, latency_cold_ms=fresh.cold(),
         handoff_ms=np.nan_to_num(fresh.handoff_ms, nan=0.0))}, table.meta)
     entry = latency_report(now, task.name, chains, fresh.chain_ms, options.latency_estimator)
     cached = latency_report(table, task.name, chains, fresh.chain_ms, options.latency_estimator)
@@ -212,6 +212,7 @@ def _timed_chains(
         fields = {k: arrays[k] for k in ("latency_ms", "median_ms", "spread_ms", "compile_ms",
                                          "load_ms", "memory_bytes", "handoff_ms", "chain_ms",
                                          "chain_spread_ms")}
+        fields |= {"cold_ms": arrays["cold_ms"]} if "cold_ms" in arrays else {}
         return TaskMeasurement(failures=[], **fields), str(meta.get("timed_at")), True
     jobs = timing_jobs(task, zoo, options)
     with tqdm(total=len(chosen) * len(jobs) + options.config.repeats,

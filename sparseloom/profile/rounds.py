@@ -4,19 +4,21 @@ Three kinds of timing, each a small record that says which loaded subgraphs it c
 cells, in chain order), which processor's runs it is dealt among, and what one run of the chain
 (:class:`~sparseloom.profile.pinned.ChainTiming`) contributes: :class:`SingleTiming` (a stage
 time), :class:`HandoffTiming` (the gap between two stages) and :class:`ChainTimingItem` (a whole
-validation chain). :func:`schedule` orders one round.
+validation chain). :func:`schedule` orders one round; :func:`timed` runs one item of it, once
+or in a burst.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
 from sparseloom.core.types import Processor
-from sparseloom.profile.pinned import ChainTiming
+from sparseloom.profile.pinned import ChainTiming, ModelCall, PinnedThreads, Stage
 
 #: A loaded subgraph's cell: (position, variant, processor index).
 Cell = tuple[int, int, int]
@@ -124,3 +126,30 @@ def schedule(items: Sequence[Timing], rng: np.random.Generator) -> list[Timing]:
             if queues[owner]:
                 order.append(queues[owner].pop())
     return order
+
+
+def timed(threads: PinnedThreads, item: Timing, stages: Sequence[Stage],
+          inputs: Mapping[str, Any], burst: int) -> tuple[float, float]:
+    """``item``'s sample of one round and its cold sample, run on ``threads`` as ``stages``
+    fed ``inputs``: its run alone (``burst`` 1; the two the same), else the median of runs
+    2..``burst`` of ``burst`` back to back and the first run
+    (:attr:`~sparseloom.profile.measure.ProfilerConfig.burst`)."""
+    if burst == 1:
+        sample = item.sample(threads.run(stages, inputs))
+        return sample, sample
+    # A later run's first stage reads the chain's inputs again, not the last outputs.
+    first = stages[0]
+    feed = {name: inputs[name] for name in first.input_names}
+    again = [attrs.evolve(first, call=partial(_fed, first.call, feed), input_names=())]
+    timing = threads.run([*stages, *([*again, *stages[1:]] * (burst - 1))], inputs)
+    n = len(stages)
+    runs = [item.sample(ChainTiming(timing.starts[k * n:(k + 1) * n],
+                                    timing.ends[k * n:(k + 1) * n]))
+            for k in range(burst)]
+    return float(np.median(runs[1:])), runs[0]
+
+
+def _fed(call: ModelCall, feed: Mapping[str, Any], _carried: Mapping[str, Any]
+         ) -> Mapping[str, Any]:
+    """``call`` on ``feed``, whatever the previous stage returned."""
+    return call(feed)

@@ -24,33 +24,13 @@ import numpy as np
 
 from sparseloom.core.errors import ProfileError
 from sparseloom.profile.chain_floor import chain_latency
-
-FORMAT_VERSION = 1
-JSON_NAME = "profile.json"
-NPZ_NAME = "profile.npz"
-
-#: Per-task array fields stored in the NPZ, with their dtypes.
-ARRAY_FIELDS: dict[str, type] = {
-    "variant_levels": np.float64,
-    "source_accuracy": np.float64,
-    "latency_ms": np.float64,
-    "latency_spread_ms": np.float64,
-    "compile_ms": np.float64,
-    "load_ms": np.float64,
-    "memory_bytes": np.int64,
-    "handoff_ms": np.float64,
-    "accuracy_estimated": np.float32,
-    "accuracy_measured": np.float32,
-    "fidelity_error": np.float64,
-    "latency_median_ms": np.float64,
-    "chain_fit": np.float64,
-    "numerics_error": np.float64,
-    "served_accuracy": np.float32,
-}
-
-#: Fields a table may lack (written by older versions); they get their documented defaults.
-OPTIONAL_FIELDS = frozenset({"fidelity_error", "latency_median_ms", "chain_fit",
-                             "numerics_error", "served_accuracy"})
+from sparseloom.profile.table_fields import (
+    ARRAY_FIELDS,
+    FORMAT_VERSION,
+    JSON_NAME,
+    NPZ_NAME,
+    OPTIONAL_FIELDS,
+)
 
 ChoicesLike = Sequence[int] | np.ndarray
 
@@ -75,7 +55,9 @@ class TaskProfile:
         source_accuracy: measured metric of each original variant (V,).
         latency_ms: latency of subgraph (position, variant) on processor (S, V, P), the
             profile's statistic (``meta["profiler"]["statistic"]``, p25 by default) of the
-            timed rounds; what the latency estimators add up.
+            timed rounds, each a hot call (``meta["profiler"]["burst"]``,
+            :class:`~sparseloom.profile.measure.ProfilerConfig`); what the latency
+            estimators add up.
         latency_spread_ms: inter-quartile range of those rounds (S, V, P).
         compile_ms: compile time (S, V, P).
         load_ms: load time (S, V, P).
@@ -98,6 +80,9 @@ class TaskProfile:
             position on processor p, in p's own arithmetic (V**S, P;
             :mod:`sparseloom.profile.served`): measured only where p computes some of the
             variant's subgraphs differently from the evaluation processor, NaN elsewhere.
+        latency_cold_ms: the same statistic of each round's first call, a cold one (S, V,
+            P): what a lone request finds, the scale of the SLOs derived from the profile
+            (:meth:`cold`); :attr:`latency_ms` in a table timed one cold call per round.
     """
 
     task: str
@@ -119,6 +104,7 @@ class TaskProfile:
     chain_fit: np.ndarray = attrs.field(factory=lambda: np.array([1.0, 0.0]))
     numerics_error: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
     served_accuracy: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0)))
+    latency_cold_ms: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 0, 0)))
 
     def __attrs_post_init__(self) -> None:
         for name, dtype in ARRAY_FIELDS.items():
@@ -129,6 +115,8 @@ class TaskProfile:
             self.fidelity_error = np.zeros(self.latency_ms.shape[:2])
         if self.latency_median_ms.size == 0:
             self.latency_median_ms = self.latency_ms.copy()
+        if self.latency_cold_ms.size == 0:
+            self.latency_cold_ms = self.latency_ms.copy()
         if self.numerics_error.size == 0:
             self.numerics_error = np.zeros(self.latency_ms.shape)
         if self.served_accuracy.size == 0:
@@ -160,7 +148,7 @@ class TaskProfile:
             "handoff_ms": (max(s - 1, 0), p, p), "accuracy_estimated": (v**s,),
             "accuracy_measured": (v**s,), "fidelity_error": (s, v),
             "latency_median_ms": (s, v, p), "chain_fit": (2,), "numerics_error": (s, v, p),
-            "served_accuracy": (v**s, p),
+            "served_accuracy": (v**s, p), "latency_cold_ms": (s, v, p),
         }
         for name, shape in expected.items():
             if getattr(self, name).shape != shape:
@@ -202,6 +190,11 @@ class TaskProfile:
         return array
 
     # -- queries ---------------------------------------------------------------------------
+
+    def cold(self) -> TaskProfile:
+        """This profile with :attr:`latency_cold_ms` as its stage times: the latencies of
+        lone requests, from which SLO grids and isolated latencies are derived."""
+        return attrs.evolve(self, latency_ms=self.latency_cold_ms)
 
     def accuracy(self, choices: ChoicesLike | None = None) -> np.ndarray:
         """Metric of stitched variants: measured where known, estimated elsewhere."""

@@ -153,6 +153,8 @@ def test_a_benchmark_serves_the_pick_it_chose_again_under_the_tighter_margin(
         assert is_dense(context.profile.task("tiny"), pick)
     else:
         assert faulty.selection_accuracy("tiny", pick) >= raised - 1e-9
+    # every plan under these SLOs reads one table, not a copy rebuilt per plan
+    assert faulty.profile_for(slos, policy) is faulty.profile_for(slos, policy)
     # ... and the policy's own run plans that pick from the same table and SLOs, judged at
     # the SLO it is held to, not the raised one.
     summary = serve_contender(faulty, select_contenders([policy])[0],

@@ -122,3 +122,44 @@ def test_a_failing_runner_is_recorded_and_the_rest_is_kept() -> None:
     assert "probe failure" in result.failures[0].error
     assert np.isnan(result.latency_ms[1, 1, 1])
     assert np.isfinite(np.delete(result.latency_ms.ravel(), 7)).all()
+
+
+@attrs.define(eq=False)
+class RecordingModelForTest(ProbeModelForTest):
+    """A probe model that also records the input of every runner call."""
+
+    seen: list[float] = attrs.field(factory=list)
+
+    def runner(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.seen.append(float(inputs["x"][0, 0]))
+        return super().runner(inputs)
+
+
+@attrs.define
+class RecordingBackendForTest(ProbeBackendForTest):
+    """Loads recording models, by (position, variant, processor)."""
+
+    loaded: dict[tuple[int, int, str], RecordingModelForTest] = attrs.field(factory=dict)
+
+    def load(self, compiled: str, processor: Processor) -> ProbeModelForTest:
+        _, position, variant = compiled.split("-")
+        model = RecordingModelForTest(processor, int(position))
+        self.loaded[int(position), int(variant), processor.name] = model
+        return model
+
+
+def test_a_burst_times_calls_back_to_back_each_fed_as_the_first() -> None:
+    backend = RecordingBackendForTest()
+    repeats, burst = 3, 4
+    result = measure_task("probe", _jobs(), _processors(), lambda _: backend,
+                          ProfilerConfig(warmup=1, repeats=repeats, burst=burst))
+    assert result.failures == [] and np.all(np.isfinite(result.latency_ms))
+    assert np.all(np.isfinite(result.handoff_ms)) and np.all(np.isfinite(result.cold_ms))
+    for processor in ("ov:CPU", "ort:CPU"):
+        # A variant no hand-off pair uses runs only alone: burst calls per round, every one
+        # fed the job's inputs (zeros), never the previous call's outputs.
+        assert backend.loaded[0, 1, processor].seen == [0.0] * (repeats * burst)
+        # The second position's dense model also follows the first in the hand-off pairs:
+        # there every run of the burst feeds it the first stage's output (1).
+        assert set(backend.loaded[1, 0, processor].seen) == {0.0, 1.0}
+    assert ProfilerConfig(burst=4).cache_key() != ProfilerConfig().cache_key()

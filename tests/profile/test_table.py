@@ -70,6 +70,24 @@ def test_round_trip(tmp_path: Path) -> None:
                                       getattr(table.tasks["vision"], field))
 
 
+def test_cold_calls_round_trip_and_default_to_the_stage_times(tmp_path: Path) -> None:
+    import attrs
+
+    table = make_table()
+    hot = table.tasks["vision"].latency_ms
+    np.testing.assert_array_equal(table.tasks["vision"].latency_cold_ms, hot)  # not recorded
+    cold = ProfileTable(table.workload, table.processors,
+                        {"vision": attrs.evolve(table.tasks["vision"], latency_cold_ms=hot * 2)},
+                        table.meta)
+    cold.save(tmp_path)
+    loaded = ProfileTable.load(tmp_path).tasks["vision"]
+    np.testing.assert_array_equal(loaded.latency_cold_ms, hot * 2)
+    np.testing.assert_array_equal(loaded.latency_ms, hot)
+    np.testing.assert_array_equal(loaded.cold().latency_ms, hot * 2)
+    with pytest.raises(ProfileError, match="latency_cold_ms"):
+        attrs.evolve(loaded, latency_cold_ms=hot[:, :, :1])
+
+
 def test_bad_queries_say_what_is_known(tmp_path: Path) -> None:
     table = make_table()
     with pytest.raises(ProfileError, match="profiled processors: ov:CPU, ort:CPU"):
