@@ -210,7 +210,7 @@ class Runtime(StageHandler):
                     ) -> ProcessorWorker:
         route = request.routed
         position = request.stage
-        if route.replicas and (replica := replica_for(route, self.workers)) is not None:
+        if route.replicas and (replica := replica_for(route, self.workers, request)) is not None:
             return replica
         worker = self.workers[route.processors[position]]
         if self.dispatcher is None and not worker.down:

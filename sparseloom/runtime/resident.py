@@ -37,9 +37,9 @@ class ResidentModel:
         reentrant: ``runner`` may be called from two threads at once (the built-in backends'
             calls: an ONNX Runtime session, an OpenVINO request per thread); only then may
             the overflow thread call it.
-        took_s: the worker's own calls of it while its processor has an overflow thread,
-            smoothed (exponentially, weight 0.2 on the newest; negative before the first):
-            what the overflow thread expects a call to take.
+        took_s: the worker's own calls of it, smoothed (exponentially, weight 0.2 on the
+            newest; negative before the first): what the overflow thread and a spare's
+            routing expect a call to take.
     """
 
     key: ModelKey

@@ -151,9 +151,10 @@ class ProcessorWorker:
         overflow: its overflow thread (``None``: none started); it serves only while
             ``overflow_on`` (the plan names this processor in ``Plan.overflow``).
         call_ends: ``time.perf_counter()`` when its own thread's running call is expected to
-            end (start + the model's ``took_s``, else its profiled time; kept only while
-            ``overflow_on``): what the overflow thread's urgency test compares a waiting
-            request's deadline with.
+            end (start + the model's ``took_s``, else its profiled time): what the overflow
+            thread's urgency test and a spare's routing
+            (:func:`~sparseloom.runtime.replicas.spare_or_own`) compare a waiting request's
+            deadline with.
         lane_of: the processor this worker is a lane of (:mod:`sparseloom.runtime.lanes`);
             ``None`` for a processor's own worker.
         roamed: calls this lane ran on a quiet processor's cores (``Plan.lanes_borrow``).
@@ -334,14 +335,15 @@ class ProcessorWorker:
                 profiled = model.profiled_s
                 if profiled < 0:
                     profiled = model.profiled_s = handler.profiled_seconds(model.key, name)
-                # (only an overflow thread reads call_ends and took_s)
-                timed = overflow is None and self.overflow_on
+                # (the overflow thread and the spare's routing read call_ends and took_s)
+                timed = overflow is None
                 start = perf_counter()
                 if timed:
                     self.call_ends = start + (model.took_s if model.took_s > 0 else profiled)
                     heap = self._heap  # those waiting behind this call, due soon: late now?
                     # (first-in-first-out queues key every request 0: always looked at)
-                    if heap and heap[0][0] < start + HORIZON_S and self.overflow is not None:
+                    if heap and heap[0][0] < start + HORIZON_S and self.overflow_on \
+                            and self.overflow is not None:
                         with self.mutex:
                             self.overflow.nudge()
                 if overflow is None:
