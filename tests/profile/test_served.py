@@ -20,11 +20,11 @@ from tests.plan.tables import task_profile
 from tests.plugins.backends.protocol_only import ProtocolOnlyBackend
 
 
-def _profile(flagged: list[tuple[int, int]]) -> Any:
-    """S = 2, V = 3, P = 2; on p0 variant v takes (3 - v) ms per position, on p1 10 ms.
-    Accuracies by row (c0, c1): chosen so that the front on p0 is known by hand."""
+def _profile(flagged: list[tuple[int, int]], second_ms: float = 2.0) -> Any:
+    """S = 2, V = 3, P = 2; on p0 variants 0, 1, 2 take 3, ``second_ms``, 1 ms per position,
+    on p1 10 ms. Accuracies by row (c0, c1): chosen so that the front on p0 is known by hand."""
     latency = np.empty((2, 3, 2))
-    latency[:, :, 0] = [3.0, 2.0, 1.0]
+    latency[:, :, 0] = [3.0, second_ms, 1.0]
     latency[:, :, 1] = 10.0
     #                    00    01    02    10    11    12    20    21    22
     accuracy = np.array([0.90, 0.91, 0.70, 0.88, 0.80, 0.60, 0.85, 0.50, 0.40])
@@ -34,23 +34,27 @@ def _profile(flagged: list[tuple[int, int]]) -> Any:
     return profile
 
 
-def test_candidates_are_the_most_accurate_of_the_front_through_a_flagged_subgraph() -> None:
-    # Chains on p0 (ms): 00 6, 01 5, 02 4, 10 5, 11 4, 12 3, 20 4, 21 3, 22 2. Fastest first,
-    # each more accurate than all before it: 22 (2 ms, 0.40), 12 (3, 0.60; 21 is as fast and
-    # less accurate), 20 (4, 0.85), 01 (5, 0.91) — rows 8, 5, 6, 1.
-    profile = _profile(flagged=[(0, 2), (1, 1)])
-    # Through a flagged subgraph (variant 2 at position 0, variant 1 at position 1):
-    # 01 (row 1), 20 (row 6), 22 (row 8); 12 (row 5) is not. Most accurate first.
-    assert served_candidates(profile, 0).tolist() == [1, 6, 8]
-    assert served_candidates(profile, 0, count=2).tolist() == [1, 6]
+def test_candidates_are_the_most_accurate_clearly_faster_than_dense_then_the_front() -> None:
+    # Chains on p0 (ms): 00 6.0, 01 5.9, 02 4.0, 10 5.9, 11 5.8, 12 3.9, 20 4.0, 21 3.9,
+    # 22 2.0; at least 10 % faster than dense (6.0): 5.4 ms or less. The front, fastest first,
+    # each more accurate than all before it: 22 (2.0, 0.40), 12 (3.9, 0.60; 21 is as fast and
+    # less accurate), 20 (4.0, 0.85), 01 (5.9, 0.91).
+    profile = _profile(flagged=[(0, 2), (1, 1)], second_ms=2.9)
+    # Through a flagged subgraph (variant 2 at position 0, variant 1 at position 1): 01, 11,
+    # 20, 21, 22. Clearly faster, most accurate first, on the front or not: 20 (row 6),
+    # 21 (row 7, off the front), 22 (row 8); then the rest of the front: 01 (row 1), not 10 %
+    # faster. 11 (5.8 ms) is neither.
+    assert served_candidates(profile, 0).tolist() == [6, 7, 8, 1]
+    assert served_candidates(profile, 0, count=2).tolist() == [6, 7]
     assert served_candidates(profile, 1).size == 0  # p1 computes everything faithfully
 
 
 def test_dense_is_measured_where_it_is_flagged_though_a_faster_variant_ties_it() -> None:
-    # 00 (6 ms, 0.90) is off the front (01: 5 ms, 0.91); flagged, it is measured last.
-    profile = _profile(flagged=[(0, 0), (0, 2), (1, 1)])
-    assert served_candidates(profile, 0).tolist() == [1, 6, 8, 0]
-    assert served_candidates(profile, 0, count=1).tolist() == [1, 0]
+    # 00 (6 ms, 0.90) is off the front (01: 5.9 ms, 0.91); flagged, it is measured last, after
+    # 02 (4.0 ms, 0.70), clearly faster through the flagged variant 0 at position 0.
+    profile = _profile(flagged=[(0, 0), (0, 2), (1, 1)], second_ms=2.9)
+    assert served_candidates(profile, 0).tolist() == [6, 2, 7, 8, 1, 0]
+    assert served_candidates(profile, 0, count=1).tolist() == [6, 0]
 
 
 def test_nothing_is_measured_where_nothing_is_flagged() -> None:
