@@ -19,12 +19,12 @@ borrow the idle cores for them). Such a lane is named ``P@t`` + :data:`PINNED_MA
 A task of ``Plan.spares`` keeps its processor's worker and gets a *spare*: a lane pinned to the
 cores of the *other* processors (named ``P@t`` + :data:`SPARE_MARK`), holding the same merged
 model, listed as its route's replica (``Route.replicas``). A request goes to the spare only
-while the processor's worker is in a call or has requests queued and the spare has fewer
-(:func:`sparseloom.runtime.replicas.spare_or_own`): with one request in flight it never runs;
-where requests queue
-(Poisson arrivals) the task runs on two cores at once, as a stock runtime's two sessions of one
-model do. (One compiled OpenVINO model called from two threads runs one call at a time: a
-second server needs a model of its own.)
+when waiting at the processor would make it miss its latency SLO and the spare has fewer
+requests (:func:`sparseloom.runtime.replicas.spare_or_own`): with one request in flight it
+never runs; where requests queue (Poisson arrivals) the task runs on two cores at once once
+its processor falls behind, as a stock runtime's two sessions of one model do. (One compiled
+OpenVINO model called from two threads runs one call at a time: a second server needs a model
+of its own.)
 
 A lane of processor ``P`` for task ``t`` is the worker named ``P@t`` (:func:`lane_name`) whose
 ``lane_of`` is ``P``; it is created the first time a plan asks for it

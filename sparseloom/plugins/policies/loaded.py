@@ -89,10 +89,12 @@ processor's queue, when no other processor's queue serves any task (their cores 
 time-sliced lanes, or nothing: ``default``'s ``sentiment`` on ``ov:CPU`` beside the light
 tasks' lanes on ``ort:CPU``), gets a spare (``Plan.spares``, :mod:`sparseloom.runtime.lanes`):
 the same merged model on one thread on the other processors' cores, which takes the task's
-request only while its processor is busy with another. With one request in flight per task
-(the closed loop, the steady state, the grid) it never runs; under Poisson arrivals the task's
-queued requests run on two cores at once, time-sliced there with the lanes, as a stock
-runtime's one session per core does. The estimates do not count on it.
+request only while its processor is busy with another and waiting there would make the
+request miss its latency SLO (:func:`sparseloom.runtime.replicas.spare_or_own`). With one
+request in flight per task (the closed loop, the steady state, the grid) it never runs; under
+Poisson arrivals, once the task's processor falls behind, its queued requests run on two cores
+at once, time-sliced there with the lanes, as a stock runtime's one session per core does. The
+estimates do not count on it.
 
 **Worth its risk** (``LoadedPolicy(min_gain=0)`` turns it off). Where the dense model meets a
 task's accuracy SLO, a compressed variant is an option only when its chain is estimated at
