@@ -14,8 +14,8 @@ stitched variant, keeping :data:`SERVED_CANDIDATES` variants that pass through a
 subgraph — the most accurate of those clearly faster than dense there (:data:`WORTH_GAIN`),
 then the most accurate of the rest of the front — and the dense chain where it is flagged.
 Each is run with every position on ``p`` — its own backend and options (the precision hint),
-on every core — over the task's whole eval set (:func:`sparseloom.zoo.evaluate.
-evaluate_stitched`, so the metric store keyed by ``p``'s spec
+on every core — over the task's whole eval set
+(:func:`sparseloom.zoo.evaluate.evaluate_stitched`, so the metric store keyed by ``p``'s spec
 keeps them: a variant is never measured twice). The result is
 ``TaskProfile.served_accuracy`` (V**S, P), NaN where not measured.
 
@@ -84,7 +84,8 @@ def served_candidates(profile: Any, processor: int, count: int = SERVED_CANDIDAT
     dense = int(profile.index([0] * profile.n_positions))  # a zoo's variant 0 is dense
     clearly = latency[dense] * (1.0 - WORTH_GAIN) if np.isfinite(latency[dense]) else np.inf
     faster = [int(r) for r in every[through & (latency <= clearly)]]
-    rest = [r for r in front if through[r] and r not in set(faster)]
+    taken = set(faster)
+    rest = [r for r in front if through[r] and r not in taken]
     rows = (sorted(faster, key=lambda r: -accuracy[r]) + sorted(rest, key=lambda r: -accuracy[r])
             )[:count]
     if flagged[positions, 0].any() and dense not in rows:

@@ -32,7 +32,7 @@ SPARE_MARGIN = 1.0
 
 
 def replica_for(route: Route, workers: Mapping[str, ProcessorWorker],
-                request: Request | None = None) -> ProcessorWorker | None:
+                request: Request) -> ProcessorWorker | None:
     """The worker that takes ``request``, the next of ``route`` (one with replicas): the least
     busy replica, or the processor's worker or its spare; ``None`` when the processor of a
     spared route is down (the runtime then looks for any worker holding the model)."""
@@ -43,18 +43,15 @@ def replica_for(route: Route, workers: Mapping[str, ProcessorWorker],
 
 
 def spare_or_own(own: ProcessorWorker, spares: list[ProcessorWorker],
-                 request: Request | None = None, now: float | None = None) -> ProcessorWorker:
+                 request: Request) -> ProcessorWorker:
     """``own`` (a processor's worker, up) unless it is in a model call or has requests queued,
     one of ``spares`` that is up has fewer, and ``request`` would miss its deadline waiting
-    for ``own`` (:func:`late_at`; without a request, or with no latency SLO, whenever the
-    spare has fewer)."""
+    for ``own`` (:func:`late_at`; with no latency SLO, whenever the spare has fewer)."""
     spare = min(spares, key=lambda w: (w.down, w.queued() + w.calling))
     busier = own.queued() + own.calling > spare.queued() + spare.calling
     if not busier or spare.down:
         return own
-    if request is None:
-        return spare
-    return spare if late_at(own, request, time.perf_counter() if now is None else now) else own
+    return spare if late_at(own, request, time.perf_counter()) else own
 
 
 def late_at(worker: ProcessorWorker, request: Request, now: float) -> bool:
